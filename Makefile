@@ -1,0 +1,54 @@
+# specprof — build, generate, test, demo.
+# Tests that load BPF need root; CI runs them as root with CI=true, where a
+# missing privilege fails instead of skipping.
+
+GO      ?= go
+PYTHON  ?= python3
+BUILD   := build
+STANDIN := $(abspath $(BUILD)/standin)
+BIN     := $(BUILD)/specprof
+
+.PHONY: all build generate check-generate standins test test-unit bench demo lint clean
+
+all: build
+
+build: $(BIN) standins
+
+$(BIN): FORCE
+	$(GO) build -o $(BIN) ./cmd/specprof
+
+FORCE:
+
+# bpf2go (through the go.mod tool directive) regenerates bpf/specprof_x86_bpfel.{go,o}.
+generate:
+	$(GO) generate ./...
+
+# Regenerate and fail if the committed generated files differ.
+check-generate: generate
+	git diff --exit-code -- bpf/ cupti/ || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
+
+# Stand-in libcuda.so.1 / libnccl.so.2 driving a simulated GPU (testdata/standin).
+standins:
+	$(MAKE) -C testdata/standin OUT=$(STANDIN) all check
+
+test: standins
+	$(GO) test -count=1 -timeout 30m ./...
+
+test-unit:
+	$(GO) test -count=1 -short ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./bpf/... ./agent/...
+	$(GO) test -run '^$$' -bench BenchmarkHookedLaunch -benchtime 20000x -count 1 ./bpf/
+
+# The main job: the SGLang-shaped EAGLE workload on the simulated GPU under `specprof run`.
+demo: build
+	LD_LIBRARY_PATH=$(STANDIN) $(BIN) run --interval 100 -o $(BUILD)/demo-out -- \
+		$(PYTHON) testdata/workloads/sglang_demo.py --cycles 300 --mode graph --allreduce --proctitle sglang::scheduler_TP0
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BUILD)

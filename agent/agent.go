@@ -1,0 +1,418 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/specprof/specprof/agent/phase"
+	"github.com/specprof/specprof/agent/proc"
+	"github.com/specprof/specprof/agent/python"
+	"github.com/specprof/specprof/bpf"
+)
+
+// Probes is what the agent needs from the BPF side (bpf.Tracer implements
+// it); an interface so the attribution logic can be tested on recorded events.
+type Probes interface {
+	Read() (any, error)
+	Track(pid int, stopOnLib bool) error
+	SetPyConfig(pid int, cfg bpf.PyConfig) error
+	SetCodeClass(pid int, code uint64, c bpf.CodeClass) error
+	ForgetCode(pid int)
+	Forget(pid int)
+	AttachLibrary(pid int, path string, lib bpf.Library) (bpf.Attached, error)
+	Lost() (bpf.Lost, error)
+	SetDeadline(t time.Time)
+}
+
+// Options configure an Agent.
+type Options struct {
+	Preset   *phase.Preset
+	Interval int           // cycles per summary window (per thread); 0 disables windows
+	OnWindow func(*Window) // called for every completed window
+	OnEvent  func(*Event)  // optional: every attributed call, in arrival order
+	Logger   *slog.Logger
+}
+
+// Event is one attributed call, as handed to Options.OnEvent.
+type Event struct {
+	PID, TID int
+	Ktime    uint64
+	Kind     string // launch, sync, coll, capture, mark
+	API      string
+	Phase    string
+	Cycle    int // 1-based cycle number of the thread, 0 outside cycles
+	Stream   uint64
+	Handle   uint64
+	Bytes    int64 // collectives and copies
+	WaitNs   int64 // sync: time blocked (set on the return)
+	Site     string
+}
+
+// Agent attributes probe events to phases and cycles.
+type Agent struct {
+	pr   Probes
+	opts Options
+	log  *slog.Logger
+
+	matchers map[bool]*phase.Matcher // by py310
+	order    map[string]int
+
+	mu      sync.Mutex
+	procs   map[int]*process
+	rep     Report
+	roots   map[int]bool
+	exited  chan int
+	started time.Time
+}
+
+// New creates an Agent over the given probes.
+func New(pr Probes, opts Options) (*Agent, error) {
+	if opts.Preset == nil {
+		return nil, errors.New("agent: no phase preset")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	a := &Agent{pr: pr, opts: opts, log: log, matchers: map[bool]*phase.Matcher{}, procs: map[int]*process{},
+		roots: map[int]bool{}, exited: make(chan int, 16), started: time.Now()}
+	for _, py310 := range []bool{false, true} {
+		m, err := opts.Preset.Compile(py310)
+		if err != nil {
+			return nil, fmt.Errorf("compile preset %s: %w", opts.Preset.Name, err)
+		}
+		a.matchers[py310] = m
+	}
+	a.order = map[string]int{}
+	for i, p := range a.matchers[false].Phases() {
+		a.order[p] = i
+	}
+	a.rep = Report{Preset: opts.Preset.Name, Phases: a.matchers[false].Phases(), Start: time.Now()}
+	return a, nil
+}
+
+// Exited delivers the pid of every root process that exits.
+func (a *Agent) Exited() <-chan int { return a.exited }
+
+// AddRoot starts tracing pid and the processes it forks. With stopOnLib the
+// process is stopped briefly whenever it opens libcuda or libnccl so that
+// probes are in place before the first call (used by `specprof run`).
+func (a *Agent) AddRoot(pid int, stopOnLib bool) error {
+	if !proc.Exists(pid) {
+		return fmt.Errorf("pid %d does not exist", pid)
+	}
+	if err := a.pr.Track(pid, stopOnLib); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.roots[pid] = true
+	a.proc(pid)
+	a.mu.Unlock()
+	return nil
+}
+
+// AttachRunning prepares an already running process: it must be a Python
+// process; libcuda/libnccl already loaded get their probes now, and those
+// loaded later are attached when they are opened.
+func (a *Agent) AttachRunning(pid int) error {
+	if err := a.AddRoot(pid, false); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.proc(pid)
+	if err := a.ensurePython(p); err != nil {
+		return err
+	}
+	n, err := a.attachMapped(p)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		a.log.Warn("libcuda is not loaded yet; probes will be attached when the process loads it", "pid", pid)
+	}
+	return nil
+}
+
+// Run processes events until ctx is cancelled, then drains what is left.
+func (a *Agent) Run(ctx context.Context) error {
+	go func() {
+		<-ctx.Done()
+		a.pr.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	}()
+	for {
+		ev, err := a.pr.Read()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, bpf.ErrClosed) {
+				return nil
+			}
+			if errors.Is(err, bpf.ErrShortRecord) || strings.Contains(err.Error(), "decode") {
+				a.mu.Lock()
+				a.rep.Loss.DecodeErrors++
+				a.mu.Unlock()
+				continue
+			}
+			return err
+		}
+		a.mu.Lock()
+		a.handle(ev)
+		a.mu.Unlock()
+	}
+}
+
+func (a *Agent) handle(ev any) {
+	switch e := ev.(type) {
+	case *bpf.APIEvent:
+		a.rep.Events++
+		a.onAPI(e)
+	case *bpf.SyncExit:
+		a.rep.Events++
+		a.onSyncExit(e)
+	case *bpf.LibOpen:
+		a.onLibOpen(e)
+	case *bpf.ProcEvent:
+		a.onProc(e)
+	}
+}
+
+func (a *Agent) proc(pid int) *process {
+	p := a.procs[pid]
+	if p == nil {
+		p = &process{pid: pid, classes: map[uint64]phase.Class{}, threads: map[int]*thread{}, libs: map[string]bool{},
+			rep: &ProcessReport{PID: pid, Start: time.Now()}}
+		p.rep.Cmdline, _ = proc.Cmdline(pid)
+		a.procs[pid] = p
+	}
+	return p
+}
+
+// ensurePython discovers the interpreter of p once and publishes its layout.
+func (a *Agent) ensurePython(p *process) error {
+	if p.rt != nil {
+		return nil
+	}
+	rt, err := python.Discover(p.pid)
+	if err != nil {
+		p.pyErr = err
+		return err
+	}
+	if err := rt.Version.Supported(); err != nil {
+		p.pyErr = err
+		return err
+	}
+	if err := a.pr.SetPyConfig(p.pid, pyConfig(rt)); err != nil {
+		return err
+	}
+	p.rt = rt
+	p.sym = python.NewSymbolizer(rt)
+	p.py310 = rt.Version.Minor == 10
+	p.matcher = a.matchers[p.py310]
+	p.rep.Python = rt.Version.String()
+	if cl, err := proc.Cmdline(p.pid); err == nil {
+		p.rep.Cmdline = cl
+	}
+	a.log.Debug("python runtime", "pid", p.pid, "version", rt.Version.String(), "runtime", fmt.Sprintf("%#x", rt.RuntimeAddr))
+	return nil
+}
+
+// pyConfig converts agent/python's offsets into the BPF layout.
+func pyConfig(rt *python.Runtime) bpf.PyConfig {
+	o := rt.Offsets
+	c := bpf.PyConfig{
+		Runtime:           rt.RuntimeAddr,
+		InterpHead:        uint32(o.InterpretersHead),
+		InterpThreadsHead: uint32(o.InterpThreadsHead),
+		TsNext:            uint32(o.TstateNext),
+		TsNativeTid:       uint32(o.TstateNativeThreadID),
+		TsThreadId:        uint32(o.TstateThreadID),
+		TsFrame:           uint32(o.TstateFrame),
+		CframeCurrent:     uint32(o.CFrameCurrentFrame),
+		FrameCode:         uint32(o.FrameCode),
+		FramePrev:         uint32(o.FramePrevious),
+		FrameOwner:        uint32(o.FrameOwner),
+		FrameInstr:        uint32(o.FrameInstr),
+		PthreadTid:        uint32(o.PthreadTID),
+		CodeQualname:      uint32(qualnameOffset(o)),
+	}
+	if o.Flags&python.FlagCFrame != 0 {
+		c.Flags |= bpf.CfgCFrame
+	}
+	if o.Flags&python.FlagSkipOwnerGE3 != 0 {
+		c.Flags |= bpf.CfgSkipOwner
+	}
+	if o.Flags&python.FlagTaggedExecutable != 0 {
+		c.Flags |= bpf.CfgTaggedExec
+	}
+	if o.Flags&python.FlagPthreadTID != 0 {
+		c.Flags |= bpf.CfgPthreadTID
+	}
+	if o.Flags&python.FlagFrameObject != 0 {
+		c.Flags |= bpf.CfgFrameObject
+	}
+	return c
+}
+
+// qualnameOffset is the code-object field BPF compares to validate a phase
+// hit (co_qualname, or co_name where there is no qualname).
+func qualnameOffset(o python.Offsets) uint64 {
+	if o.CodeQualname != 0 {
+		return o.CodeQualname
+	}
+	return o.CodeName
+}
+
+// attachMapped attaches probes to libcuda/libnccl already mapped by p.
+func (a *Agent) attachMapped(p *process) (int, error) {
+	mods, err := proc.Modules(p.pid)
+	if err != nil {
+		return 0, fmt.Errorf("list libraries of pid %d: %w", p.pid, err)
+	}
+	n := 0
+	for _, m := range mods {
+		if lib, ok := libKind(m.Path); ok {
+			if err := a.attach(p, m.HostPath, m.Path, lib); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+func libKind(path string) (bpf.Library, bool) {
+	switch {
+	case proc.IsCUDADriver(path):
+		return bpf.LibCUDA, true
+	case proc.IsNCCL(path):
+		return bpf.LibNCCL, true
+	}
+	return 0, false
+}
+
+func (a *Agent) attach(p *process, hostPath, path string, lib bpf.Library) error {
+	if p.libs[hostPath] {
+		return nil
+	}
+	res, err := a.pr.AttachLibrary(p.pid, hostPath, lib)
+	if err != nil {
+		return fmt.Errorf("attach to %s of pid %d: %w", path, p.pid, err)
+	}
+	p.libs[hostPath] = true
+	p.rep.Libraries = append(p.rep.Libraries, path)
+	a.log.Info("probes attached", "pid", p.pid, "library", path, "symbols", len(res.Symbols))
+	return nil
+}
+
+func (a *Agent) onLibOpen(e *bpf.LibOpen) {
+	pid := int(e.PID)
+	p := a.proc(pid)
+	if e.Stopped {
+		// Never leave the target stopped, whatever happens below.
+		defer func() {
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
+				a.log.Error("resume target", "pid", pid, "err", err)
+			}
+		}()
+	}
+	path := e.Path
+	if target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, e.FD)); err == nil && filepath.IsAbs(target) {
+		path = target
+	}
+	lib, ok := libKind(path)
+	if !ok {
+		return
+	}
+	// Python is initialised by the time a CUDA library is loaded: the
+	// process is stopped, so this is the moment to learn its layout.
+	if p.rt == nil {
+		if err := a.ensurePython(p); err != nil {
+			p.problem(fmt.Sprintf("python: %v", err))
+			a.log.Warn("cannot read Python frames; calls will be attributed to 'other'", "pid", pid, "err", err)
+		}
+	}
+	host := filepath.Join(fmt.Sprintf("/proc/%d/root", pid), path)
+	if err := a.attach(p, host, path, lib); err != nil {
+		p.problem(err.Error())
+		a.log.Error("attach probes", "pid", pid, "err", err)
+	}
+}
+
+func (a *Agent) onProc(e *bpf.ProcEvent) {
+	switch e.Type {
+	case bpf.EvFork:
+		child := int(e.Child)
+		p := a.proc(child)
+		// A forked child inherits its parent's libraries but not the probes.
+		if _, err := a.attachMapped(p); err != nil {
+			p.problem(err.Error())
+		}
+	case bpf.EvExec:
+		p := a.proc(int(e.PID))
+		p.closeCycles(a)
+		p.rt, p.sym, p.matcher = nil, nil, nil
+		p.classes = map[uint64]phase.Class{}
+		p.libs = map[string]bool{}
+		p.rep.Libraries = nil
+		a.pr.ForgetCode(p.pid)
+		if cl, err := proc.Cmdline(p.pid); err == nil {
+			p.rep.Cmdline = cl
+		}
+	case bpf.EvExit:
+		pid := int(e.PID)
+		if p := a.procs[pid]; p != nil {
+			p.closeCycles(a)
+			p.exited = true
+		}
+		a.pr.Forget(pid)
+		if a.roots[pid] {
+			select {
+			case a.exited <- pid:
+			default:
+			}
+		}
+	}
+}
+
+// Report returns the session report so far (cycles still open are not in it).
+func (a *Agent) Report() *Report {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.rep
+	r.End = time.Now()
+	if l, err := a.pr.Lost(); err == nil {
+		r.Loss.RingBuf, r.Loss.Scratch, r.Loss.OpenAt = l.RingBuf, l.Scratch, l.OpenAt
+	}
+	r.Processes = nil
+	for _, p := range a.procs {
+		if len(p.threads) == 0 && !a.roots[p.pid] {
+			continue
+		}
+		r.Processes = append(r.Processes, p.report(a))
+	}
+	sortProcesses(r.Processes)
+	return &r
+}
+
+// Finish closes every open cycle (at the end of a session).
+func (a *Agent) Finish() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.procs {
+		p.closeCycles(a)
+	}
+}
+
+func (a *Agent) phaseOrder(id uint16, m *phase.Matcher) int {
+	if o, ok := a.order[m.PhaseName(id)]; ok {
+		return o
+	}
+	return 1 << 20
+}

@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"sort"
+	"time"
+)
+
+// PhaseStats aggregates one phase over a set of cycles (or, for events
+// outside any cycle, over the whole run).
+type PhaseStats struct {
+	Phase       string `json:"phase"`
+	Cycles      int    `json:"cycles"`   // cycles in which the phase issued at least one call
+	Launches    int64  `json:"launches"` // kernel and graph launches
+	GraphLaunch int64  `json:"graph_launches"`
+	Syncs       int64  `json:"syncs"`        // blocking calls
+	SyncWaitNs  int64  `json:"sync_wait_ns"` // CPU time blocked in those calls
+	CPUSpanNs   int64  `json:"cpu_span_ns"`  // sum over cycles of first-to-last call (incl. sync returns)
+	Colls       int64  `json:"collectives"`
+	CollBytes   int64  `json:"collective_bytes"`
+	Markers     int64  `json:"markers"` // event records, async copies, captures
+	// SyncSites counts blocked time by the innermost Python frame that blocked.
+	SyncSites map[string]int64 `json:"sync_sites_ns,omitempty"`
+}
+
+func (s *PhaseStats) add(o *PhaseStats) {
+	s.Cycles += o.Cycles
+	s.Launches += o.Launches
+	s.GraphLaunch += o.GraphLaunch
+	s.Syncs += o.Syncs
+	s.SyncWaitNs += o.SyncWaitNs
+	s.CPUSpanNs += o.CPUSpanNs
+	s.Colls += o.Colls
+	s.CollBytes += o.CollBytes
+	s.Markers += o.Markers
+	for k, v := range o.SyncSites {
+		if s.SyncSites == nil {
+			s.SyncSites = map[string]int64{}
+		}
+		s.SyncSites[k] += v
+	}
+}
+
+// Window is the aggregate of a run of consecutive cycles of one thread.
+type Window struct {
+	PID        int           `json:"pid"`
+	TID        int           `json:"tid"`
+	FirstCycle int           `json:"first_cycle"` // 1-based
+	LastCycle  int           `json:"last_cycle"`
+	CycleNs    int64         `json:"cycle_ns"` // sum of cycle wall spans (first to last call)
+	Phases     []*PhaseStats `json:"phases"`
+}
+
+// Cycles is the number of cycles in the window.
+func (w *Window) Cycles() int { return w.LastCycle - w.FirstCycle + 1 }
+
+// ThreadReport is the whole-run aggregate of one thread.
+type ThreadReport struct {
+	TID      int           `json:"tid"`
+	Cycles   int           `json:"cycles"`
+	CycleNs  int64         `json:"cycle_ns"`
+	Phases   []*PhaseStats `json:"phases"`  // inside cycles
+	Outside  []*PhaseStats `json:"outside"` // calls made outside any cycle
+	Calls    int64         `json:"calls"`
+	Resolved int64         `json:"resolved_in_user_space"` // events whose phase user space resolved (warm-up)
+}
+
+// ProcessReport describes one traced process.
+type ProcessReport struct {
+	PID       int             `json:"pid"`
+	Cmdline   string          `json:"cmdline"`
+	Python    string          `json:"python,omitempty"`
+	Libraries []string        `json:"libraries"`
+	Threads   []*ThreadReport `json:"threads"`
+	Problems  []string        `json:"problems,omitempty"`
+	Start     time.Time       `json:"start"`
+	ExitCode  *int            `json:"exit_code,omitempty"`
+}
+
+// Loss counts everything that was dropped or could not be attributed.
+type Loss struct {
+	RingBuf       uint64 `json:"ringbuf_full"`
+	Scratch       uint64 `json:"bpf_scratch"`
+	OpenAt        uint64 `json:"openat_map_full"`
+	DecodeErrors  uint64 `json:"decode_errors"`
+	NoPython      uint64 `json:"events_without_python"` // interpreter not (yet) known
+	NoThreadState uint64 `json:"events_without_thread_state"`
+	ReadErrors    uint64 `json:"frame_read_errors"`
+	Truncated     uint64 `json:"stacks_truncated"`
+	Stale         uint64 `json:"stale_code_objects"`
+	SymbolErrors  uint64 `json:"symbolize_errors"`
+	UnmatchedExit uint64 `json:"sync_exits_without_entry"`
+}
+
+// Report is the result of a session.
+type Report struct {
+	Preset    string           `json:"preset"`
+	Phases    []string         `json:"phase_order"`
+	Start     time.Time        `json:"start"`
+	End       time.Time        `json:"end"`
+	Processes []*ProcessReport `json:"processes"`
+	Loss      Loss             `json:"loss"`
+	Events    int64            `json:"events"`
+}
+
+func sortedStats(m map[uint16]*PhaseStats, order func(uint16) int) []*PhaseStats {
+	ids := make([]uint16, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return order(ids[i]) < order(ids[j]) })
+	out := make([]*PhaseStats, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, m[id])
+	}
+	return out
+}

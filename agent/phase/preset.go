@@ -1,0 +1,520 @@
+package phase
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+//go:embed presets/*.yaml
+var presetFS embed.FS
+
+// ErrUnknownPreset is returned (wrapped) for a preset name that is not embedded.
+var ErrUnknownPreset = errors.New("unknown preset")
+
+// Other is the phase of a stack that no rule matches. Its id is always 0.
+const Other = "other"
+
+// Match selects Python frames. Every condition that is set must hold.
+type Match struct {
+	// Qualname is a regular expression matched against co_qualname
+	// (Python 3.11+), e.g. `^EAGLEWorker\.verify$`. On Python 3.10, which
+	// has no co_qualname, Name takes its place when set; otherwise a co_name
+	// regex is derived from the last dotted component of Qualname.
+	Qualname string `yaml:"qualname,omitempty"`
+	// Name is a regular expression matched against co_name.
+	Name string `yaml:"name,omitempty"`
+	// File is a regular expression matched against co_filename. Empty means
+	// the preset's FileRegex; after loading, rules hold the effective value.
+	File string `yaml:"file,omitempty"`
+	// FirstLine, when non-zero, must equal co_firstlineno. It tells apart
+	// same-named functions of one file on Python 3.10.
+	FirstLine int `yaml:"first_line,omitempty"`
+}
+
+// Rule names the phase of the frames it matches.
+type Rule struct {
+	// Phase is the phase name, e.g. "spec.verify".
+	Phase string `yaml:"phase"`
+	Match `yaml:",inline"`
+	// RequiresBelow, when set, is a qualname regex: the rule applies only
+	// if some frame strictly below the matched one (towards the innermost
+	// frame, which counts) matches it. Such a rule must be followed by a
+	// fallback rule with the same Match and no RequiresBelow, and one
+	// preset uses one RequiresBelow pattern, so that a per-frame cache
+	// (see Matcher.Classify) gives the same answer as a full walk.
+	RequiresBelow string `yaml:"requires_below,omitempty"`
+
+	where string // "rules file x.yaml: rule 3 (phase "verify", line 12)", for errors
+}
+
+// Cycle names the function one call of which is one speculative cycle.
+type Cycle struct {
+	Match `yaml:",inline"`
+	// StartPhase is the phase that begins a cycle. Where one call of the
+	// cycle function holds several cycles (HF's while loop), or part of a
+	// cycle runs outside it (vLLM's sample_tokens), a cycle begins at each
+	// entry into StartPhase.
+	StartPhase string `yaml:"start_phase"`
+	// Py310, when set, replaces Match on Python 3.10.
+	Py310 *Match `yaml:"py310,omitempty"`
+}
+
+// Process selects the processes (and threads) a preset applies to.
+type Process struct {
+	// Cmdline is a regular expression matched against the command line;
+	// empty matches every process.
+	Cmdline string `yaml:"cmdline,omitempty"`
+	// MainThread says the phases run on the main thread (TID == PID) only.
+	MainThread bool `yaml:"main_thread,omitempty"`
+}
+
+// Preset is a named rule set: the rules, their phases and the cycle.
+type Preset struct {
+	// Name identifies the preset ("sglang-eagle"), or a rules file.
+	Name string `yaml:"name,omitempty"`
+	// Description says what the preset covers, in one line.
+	Description string `yaml:"description,omitempty"`
+	// Extends names the preset a rules file builds on; its rules go in
+	// front of the preset's. Informational once loaded.
+	Extends string `yaml:"extends,omitempty"`
+	// Process selects target processes; nil matches every process.
+	Process *Process `yaml:"process,omitempty"`
+	// FileRegex is the default File of rules and the cycle.
+	FileRegex string `yaml:"file_regex,omitempty"`
+	// Phases lists the phase names in display order. "other" goes last
+	// unless listed.
+	Phases []string `yaml:"phases,omitempty"`
+	// Cycle is the cycle definition; nil when the preset has none.
+	Cycle *Cycle `yaml:"cycle,omitempty"`
+	// Rules are tried in order on every frame, innermost frame first.
+	Rules []Rule `yaml:"rules,omitempty"`
+	// Py310Rules, when non-empty, replace Rules on Python 3.10.
+	Py310Rules []Rule `yaml:"py310_rules,omitempty"`
+
+	source string // "preset sglang-eagle" or "rules file x.yaml", for errors
+}
+
+// Presets returns the names of the embedded presets, sorted.
+func Presets() []string {
+	ents, err := fs.ReadDir(presetFS, "presets")
+	if err != nil {
+		panic(err) // the embed pattern guarantees the directory
+	}
+	var names []string
+	for _, e := range ents {
+		if n, ok := strings.CutSuffix(e.Name(), ".yaml"); ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LoadPreset loads the embedded preset name.
+func LoadPreset(name string) (*Preset, error) {
+	var data []byte
+	err := fs.ErrNotExist
+	if name != "" && !strings.ContainsAny(name, `/\.`) {
+		data, err = presetFS.ReadFile("presets/" + name + ".yaml")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: the presets are %s", ErrUnknownPreset, name, strings.Join(Presets(), ", "))
+	}
+	src := "preset " + name
+	p, err := parse(data, src)
+	if err != nil {
+		return nil, err
+	}
+	if p.Name != name {
+		return nil, fmt.Errorf("%s: name is %q: set it to the file's name", src, p.Name)
+	}
+	if p.Extends != "" {
+		return nil, fmt.Errorf("%s: an embedded preset cannot extend another: remove extends", src)
+	}
+	p.fillFiles(p.FileRegex)
+	p.Phases = displayOrder(p.Phases, nil)
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// LoadRulesFile loads a user rules file. A file with `extends: <preset>`
+// puts its rules in front of that preset's and inherits what it leaves out.
+func LoadRulesFile(path string) (*Preset, error) {
+	src := "rules file " + path
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", src, err)
+	}
+	u, err := parse(data, src)
+	if err != nil {
+		return nil, err
+	}
+	if u.Name == "" {
+		u.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	if u.Extends == "" {
+		if len(u.Rules) == 0 && len(u.Py310Rules) == 0 {
+			return nil, fmt.Errorf("%s: no rules: add rules, or extends to build on a preset (%s)", src, strings.Join(Presets(), ", "))
+		}
+		u.fillFiles(u.FileRegex)
+		u.Phases = displayOrder(u.Phases, nil, u.Rules, u.Py310Rules)
+		if err := u.validate(); err != nil {
+			return nil, err
+		}
+		return u, nil
+	}
+	base, err := LoadPreset(u.Extends)
+	if err != nil {
+		return nil, fmt.Errorf("%s: extends: %w: fix extends", src, err)
+	}
+	def := u.FileRegex
+	if def == "" {
+		def = base.FileRegex
+	}
+	u.fillFiles(def)
+	p := merge(base, u)
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// parse decodes one YAML file strictly and labels its rules for errors.
+func parse(data []byte, src string) (*Preset, error) {
+	var p Preset
+	dec := yaml.NewDecoder(bytes.NewReader(data), yaml.DisallowUnknownField())
+	if err := dec.Decode(&p); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: the file is empty: give it rules (and extends to build on a preset)", src)
+		}
+		return nil, fmt.Errorf("%s: %w: fix the YAML", src, wrapYAML(err))
+	}
+	p.source = src
+	file, _ := parser.ParseBytes(data, 0) // only for line numbers
+	for _, l := range []struct {
+		key, label string
+		rules      []Rule
+	}{{"rules", "rule", p.Rules}, {"py310_rules", "py310 rule", p.Py310Rules}} {
+		for i := range l.rules {
+			r := &l.rules[i]
+			r.where = fmt.Sprintf("%s: %s %d (phase %q", src, l.label, i+1, r.Phase)
+			if n := nodeLine(file, fmt.Sprintf("$.%s[%d]", l.key, i)); n > 0 {
+				r.where += fmt.Sprintf(", line %d", n)
+			}
+			r.where += ")"
+			// Checked before files are defaulted, which would hide it.
+			if r.Qualname == "" && r.Name == "" && r.File == "" && r.FirstLine == 0 {
+				return nil, fmt.Errorf("%s: selects nothing: give it a qualname, name, file or first_line", r.where)
+			}
+		}
+	}
+	return &p, nil
+}
+
+// yamlError is a go-yaml error on one line, without the source excerpt.
+type yamlError struct {
+	line, col int
+	msg       string
+	err       error
+}
+
+func (e *yamlError) Error() string {
+	if e.line == 0 {
+		return e.msg
+	}
+	return fmt.Sprintf("line %d, column %d: %s", e.line, e.col, e.msg)
+}
+
+func (e *yamlError) Unwrap() error { return e.err }
+
+func wrapYAML(err error) error {
+	var ye yaml.Error
+	if !errors.As(err, &ye) {
+		return err
+	}
+	e := &yamlError{msg: ye.GetMessage(), err: err}
+	if tk := ye.GetToken(); tk != nil && tk.Position != nil {
+		e.line, e.col = tk.Position.Line, tk.Position.Column
+	}
+	return e
+}
+
+// nodeLine returns the line of the YAML node at path, or 0.
+func nodeLine(f *ast.File, path string) int {
+	if f == nil {
+		return 0
+	}
+	p, err := yaml.PathString(path)
+	if err != nil {
+		return 0
+	}
+	n, err := p.FilterFile(f)
+	if err != nil || n == nil || n.GetToken() == nil || n.GetToken().Position == nil {
+		return 0
+	}
+	return n.GetToken().Position.Line
+}
+
+// fillFiles gives every rule and the cycle its file's default file regex,
+// so merged presets keep each file's own default.
+func (p *Preset) fillFiles(def string) {
+	for _, rs := range [][]Rule{p.Rules, p.Py310Rules} {
+		for i := range rs {
+			if rs[i].File == "" {
+				rs[i].File = def
+			}
+		}
+	}
+	if c := p.Cycle; c != nil {
+		if c.File == "" {
+			c.File = def
+		}
+		if c.Py310 != nil && c.Py310.File == "" {
+			c.Py310.File = def
+		}
+	}
+}
+
+// displayOrder completes a display order: the listed phases, then the
+// base's, then (when none are listed) the file's rule phases in order of
+// first use; "other" last unless listed.
+func displayOrder(listed []string, base []string, own ...[]Rule) []string {
+	out := slices.Clone(listed)
+	add := func(n string) {
+		if n != "" && n != Other && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	for _, n := range base {
+		add(n)
+	}
+	if len(listed) == 0 {
+		for _, rs := range own {
+			for _, r := range rs {
+				add(r.Phase)
+			}
+		}
+	}
+	if !slices.Contains(out, Other) {
+		out = append(out, Other)
+	}
+	return out
+}
+
+// merge builds the preset of user file u extending base.
+func merge(base, u *Preset) *Preset {
+	p := &Preset{
+		Name:        u.Name,
+		Description: u.Description,
+		Extends:     u.Extends,
+		Process:     base.Process,
+		FileRegex:   base.FileRegex,
+		Cycle:       base.Cycle,
+		Rules:       slices.Concat(u.Rules, base.Rules),
+		source:      u.source,
+	}
+	if p.Description == "" {
+		p.Description = base.Description
+	}
+	if u.Process != nil {
+		p.Process = u.Process
+	}
+	if u.FileRegex != "" {
+		p.FileRegex = u.FileRegex
+	}
+	if u.Cycle != nil {
+		p.Cycle = u.Cycle
+	}
+	if len(u.Py310Rules) > 0 || len(base.Py310Rules) > 0 {
+		p.Py310Rules = slices.Concat(orRules(u.Py310Rules, u.Rules), orRules(base.Py310Rules, base.Rules))
+	}
+	p.Phases = displayOrder(u.Phases, base.Phases, u.Rules, u.Py310Rules)
+	return p
+}
+
+func orRules(a, b []Rule) []Rule {
+	if len(a) > 0 {
+		return a
+	}
+	return b
+}
+
+// where returns how errors name rule i of a list.
+func (p *Preset) ruleWhere(r *Rule, label string, i int) string {
+	if r.where != "" {
+		return r.where
+	}
+	return fmt.Sprintf("%s: %s %d (phase %q)", p.src(), label, i+1, r.Phase)
+}
+
+func (p *Preset) src() string {
+	if p.source != "" {
+		return p.source
+	}
+	return fmt.Sprintf("preset %q", p.Name)
+}
+
+// phaseList is the display order; a Preset built in code may leave Phases
+// empty to take the rules' phases in order of first use.
+func (p *Preset) phaseList() []string {
+	return displayOrder(p.Phases, nil, p.Rules, p.Py310Rules)
+}
+
+// validate checks everything that does not depend on the Python version.
+func (p *Preset) validate() error {
+	src := p.src()
+	declared := map[string]bool{}
+	phases := p.phaseList()
+	for i, n := range phases {
+		switch {
+		case strings.TrimSpace(n) == "":
+			return fmt.Errorf("%s: phases entry %d is empty: give every phase a name", src, i+1)
+		case declared[n]:
+			return fmt.Errorf("%s: phase %q is listed twice in phases: remove one", src, n)
+		}
+		declared[n] = true
+	}
+	if len(phases) > 0xffff {
+		return fmt.Errorf("%s: %d phases: at most 65535 fit a phase id", src, len(phases))
+	}
+	checkPhase := func(where, what, n string) error {
+		switch {
+		case strings.TrimSpace(n) == "" && what == "phase":
+			return fmt.Errorf("%s: empty phase name: set phase to the phase this rule assigns", where)
+		case strings.TrimSpace(n) == "":
+			return fmt.Errorf("%s: empty %s: name the phase that begins a cycle", where, what)
+		case n == Other:
+			return fmt.Errorf("%s: %s %q is reserved for frames no rule matches: pick another name", where, what, n)
+		case !declared[n]:
+			return fmt.Errorf("%s: %s %q is not in phases [%s]: add it to phases or fix the name", where, what, n, strings.Join(phases, ", "))
+		}
+		return nil
+	}
+	for _, l := range []struct {
+		label string
+		rules []Rule
+	}{{"rule", p.Rules}, {"py310 rule", p.Py310Rules}} {
+		for i := range l.rules {
+			r := &l.rules[i]
+			where := p.ruleWhere(r, l.label, i)
+			if err := checkPhase(where, "phase", r.Phase); err != nil {
+				return err
+			}
+			if err := checkMatch(where, r.Match); err != nil {
+				return err
+			}
+			if r.Qualname == "" && r.Name == "" && r.File == "" && r.FirstLine == 0 {
+				return fmt.Errorf("%s: selects nothing: give it a qualname, name, file or first_line", where)
+			}
+			if err := checkRegex(where, "requires_below", r.RequiresBelow); err != nil {
+				return err
+			}
+		}
+		if err := p.checkRequiresBelow(l.label, l.rules); err != nil {
+			return err
+		}
+	}
+	if c := p.Cycle; c != nil {
+		where := src + ": cycle"
+		if c.Qualname == "" && c.Name == "" {
+			return fmt.Errorf("%s: no qualname or name: name the function one call of which is one cycle", where)
+		}
+		if err := checkMatch(where, c.Match); err != nil {
+			return err
+		}
+		if c.Py310 != nil {
+			if c.Py310.Qualname == "" && c.Py310.Name == "" {
+				return fmt.Errorf("%s: py310: no name: give the cycle function's co_name", where)
+			}
+			if err := checkMatch(where+": py310", *c.Py310); err != nil {
+				return err
+			}
+		}
+		if err := checkPhase(where, "start_phase", c.StartPhase); err != nil {
+			return err
+		}
+	}
+	if p.Process != nil {
+		if err := checkRegex(src+": process", "cmdline", p.Process.Cmdline); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkMatch(where string, m Match) error {
+	for _, f := range []struct{ what, re string }{{"qualname", m.Qualname}, {"name", m.Name}, {"file", m.File}} {
+		if err := checkRegex(where, f.what, f.re); err != nil {
+			return err
+		}
+	}
+	if m.FirstLine < 0 {
+		return fmt.Errorf("%s: first_line %d is negative: give co_firstlineno or leave it out", where, m.FirstLine)
+	}
+	return nil
+}
+
+func checkRegex(where, what, re string) error {
+	if re == "" {
+		return nil
+	}
+	if _, err := regexp.Compile(re); err != nil {
+		return fmt.Errorf("%s: bad %s regex %q: %w: fix the regular expression", where, what, re, err)
+	}
+	return nil
+}
+
+// checkRequiresBelow enforces what keeps Classify per-frame: one marker
+// pattern, and a fallback after every requires_below rule, so a frame that
+// an requires_below rule matches always has a phase without the marker.
+func (p *Preset) checkRequiresBelow(label string, rules []Rule) error {
+	first := -1
+	for i := range rules {
+		r := &rules[i]
+		if r.RequiresBelow == "" {
+			continue
+		}
+		where := p.ruleWhere(r, label, i)
+		if first < 0 {
+			first = i
+		} else if f := &rules[first]; r.RequiresBelow != f.RequiresBelow {
+			fWhere := p.ruleWhere(f, label, first)
+			if !strings.HasPrefix(where, p.src()+":") && strings.HasPrefix(fWhere, p.src()+":") {
+				// Blame the rule of the file being loaded, not the preset it extends.
+				r, f, where, fWhere = f, r, fWhere, where
+			}
+			return fmt.Errorf("%s: requires_below %q differs from %q of %s: a preset may use only one requires_below pattern: use the same one",
+				where, r.RequiresBelow, f.RequiresBelow, fWhere)
+		}
+		fallback := -1
+		for j := range rules {
+			if rules[j].RequiresBelow == "" && rules[j].Match == r.Match {
+				fallback = j
+				break
+			}
+		}
+		switch {
+		case fallback < 0:
+			return fmt.Errorf("%s: requires_below needs a fallback: add after it a rule with the same qualname, name, file and first_line and no requires_below, naming the phase when no %q frame is below", where, r.RequiresBelow)
+		case fallback < i:
+			return fmt.Errorf("%s: never applies, %s matches the same frames first: move the requires_below rule before its fallback", where, p.ruleWhere(&rules[fallback], label, fallback))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,431 @@
+package agent
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sort"
+
+	"github.com/specprof/specprof/agent/phase"
+	"github.com/specprof/specprof/agent/proc"
+	"github.com/specprof/specprof/agent/python"
+	"github.com/specprof/specprof/bpf"
+)
+
+type process struct {
+	pid     int
+	rt      *python.Runtime
+	sym     *python.Symbolizer
+	matcher *phase.Matcher
+	py310   bool
+	pyErr   error
+	classes map[uint64]phase.Class // published to BPF
+	libs    map[string]bool
+	threads map[int]*thread
+	rep     *ProcessReport
+	exited  bool
+	probs   map[string]bool
+}
+
+func (p *process) problem(s string) {
+	if p.probs == nil {
+		p.probs = map[string]bool{}
+	}
+	if !p.probs[s] {
+		p.probs[s] = true
+		p.rep.Problems = append(p.rep.Problems, s)
+	}
+}
+
+// phaseAcc is one phase inside the current cycle.
+type phaseAcc struct {
+	PhaseStats
+	first, last uint64
+}
+
+type pendingSync struct {
+	api   bpf.API
+	ktime uint64
+	phase uint16
+	site  string
+}
+
+type thread struct {
+	tid int
+
+	inCycle    bool
+	cycleFrame uint64
+	sawStart   bool
+	sawAfter   bool
+	cycleNo    int
+	cycleFirst uint64
+	cycleLast  uint64
+	cur        map[uint16]*phaseAcc
+	pending    []pendingSync
+	lastPhase  uint16
+
+	win      map[uint16]*PhaseStats
+	winFirst int
+	winNs    int64
+
+	total    map[uint16]*PhaseStats
+	outside  map[uint16]*phaseAcc
+	totalNs  int64
+	cycles   int
+	calls    int64
+	resolved int64
+}
+
+func (p *process) thread(tid int) *thread {
+	t := p.threads[tid]
+	if t == nil {
+		t = &thread{tid: tid, cur: map[uint16]*phaseAcc{}, win: map[uint16]*PhaseStats{},
+			total: map[uint16]*PhaseStats{}, outside: map[uint16]*phaseAcc{}}
+		p.threads[tid] = t
+	}
+	return t
+}
+
+func (a *Agent) matcherOf(p *process) *phase.Matcher {
+	if p.matcher != nil {
+		return p.matcher
+	}
+	return a.matchers[false]
+}
+
+// resolve returns the phase and cycle frame of an API event, classifying
+// and publishing unknown code objects on the way.
+func (a *Agent) resolve(p *process, e *bpf.APIEvent) (uint16, uint64) {
+	py := &e.Py
+	switch {
+	case py.Flags&bpf.PyNoConfig != 0:
+		a.rep.Loss.NoPython++
+	case py.Flags&bpf.PyNoTstate != 0:
+		a.rep.Loss.NoThreadState++
+	}
+	if py.Flags&bpf.PyReadErr != 0 {
+		a.rep.Loss.ReadErrors++
+	}
+	if py.Flags&bpf.PyTruncated != 0 {
+		a.rep.Loss.Truncated++
+	}
+	if py.Flags&bpf.PyStale != 0 {
+		// The matched code object was freed and its address reused: drop
+		// what we published and classify again.
+		a.rep.Loss.Stale++
+		delete(p.classes, py.PhaseCode)
+		a.pr.ForgetCode(p.pid)
+		p.classes = map[uint64]phase.Class{}
+		return 0, 0
+	}
+	if py.Flags&bpf.PyUnknown == 0 || p.sym == nil {
+		return py.Phase, py.CycleFrame
+	}
+	// Walk the frames with per-code-object classes, exactly as BPF does
+	// (the matcher guarantees Classify-walk == Resolve); symbolize only what
+	// is new, so a backlog of warm-up events drains quickly.
+	var ph uint16
+	var cyc uint64
+	marker := false
+	for i, code := range py.Frames {
+		cls, ok := p.classes[code]
+		if !ok {
+			cls = a.classify(p, code)
+		}
+		if ph != 0 {
+			if cls.Cycle {
+				return ph, py.FrameAddrs[i]
+			}
+			continue
+		}
+		if cls.Phase != 0 {
+			ph = cls.Phase
+			if cls.AltPhase != 0 && marker {
+				ph = cls.AltPhase
+			}
+			if cls.Cycle {
+				return ph, py.FrameAddrs[i]
+			}
+		} else if cls.Cycle {
+			cyc = py.FrameAddrs[i]
+		}
+		if cls.Marker {
+			marker = true
+		}
+	}
+	return ph, cyc
+}
+
+// classify symbolizes one code object, publishes its class to BPF and
+// returns it. A code object that cannot be read is not published (BPF will
+// report it again) and counts as matching nothing.
+func (a *Agent) classify(p *process, code uint64) phase.Class {
+	c, err := p.sym.Code(code)
+	if err != nil {
+		a.rep.Loss.SymbolErrors++
+		a.log.Debug("symbolize code object", "pid", p.pid, "addr", fmt.Sprintf("%#x", code), "err", err)
+		return phase.Class{}
+	}
+	cls := p.matcher.Classify(phase.Frame{Qualname: c.Qualname, Name: c.Name, Filename: c.Filename, FirstLine: c.FirstLine})
+	p.classes[code] = cls
+	bc := bpf.CodeClass{Phase: cls.Phase, AltPhase: cls.AltPhase, Marker: cls.Marker, Cycle: cls.Cycle}
+	if cls.Phase != 0 {
+		var b [8]byte
+		if err := proc.ReadMem(p.pid, code+qualnameOffset(p.rt.Offsets), b[:]); err == nil {
+			bc.Qualname = binary.LittleEndian.Uint64(b[:])
+		}
+	}
+	if err := a.pr.SetCodeClass(p.pid, code, bc); err != nil {
+		p.problem(err.Error())
+	}
+	return cls
+}
+
+// site names the innermost Python frame of a call ("qualname (file:line)").
+func (a *Agent) site(p *process, e *bpf.APIEvent) string {
+	if p.sym == nil || e.Py.LeafCode == 0 {
+		return ""
+	}
+	c, err := p.sym.Code(e.Py.LeafCode)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s (%s:%d)", c.Qualname, c.Filename, c.FirstLine)
+}
+
+var dtypeSize = map[uint8]int64{0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}
+
+func kindOf(t bpf.EventType) string {
+	switch t {
+	case bpf.EvLaunch:
+		return "launch"
+	case bpf.EvSyncEnter:
+		return "sync"
+	case bpf.EvColl:
+		return "coll"
+	case bpf.EvCapture:
+		return "capture"
+	}
+	return "mark"
+}
+
+func (a *Agent) onAPI(e *bpf.APIEvent) {
+	p := a.proc(int(e.PID))
+	if p.rt == nil && p.pyErr == nil {
+		_ = a.ensurePython(p)
+	}
+	t := p.thread(int(e.TID))
+	t.calls++
+	if e.Py.Flags&bpf.PyUnknown != 0 {
+		t.resolved++
+	}
+	ph, cyc := a.resolve(p, e)
+	m := a.matcherOf(p)
+	a.advanceCycle(p, t, ph, cyc, e.Ktime, m)
+
+	acc := t.acc(ph, e.Ktime, m)
+	ev := Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: kindOf(e.Type), API: e.API.String(),
+		Phase: m.PhaseName(ph), Stream: e.Stream, Handle: e.Handle}
+	if t.inCycle {
+		ev.Cycle = t.cycleNo
+	}
+	switch e.Type {
+	case bpf.EvLaunch:
+		acc.Launches++
+		if e.API == bpf.APIGraphLaunch {
+			acc.GraphLaunch++
+		}
+	case bpf.EvSyncEnter:
+		acc.Syncs++
+		site := a.site(p, e)
+		ev.Site = site
+		if e.API == bpf.APIMemcpyDtoH {
+			ev.Bytes = int64(e.Arg0)
+		}
+		t.pending = append(t.pending, pendingSync{api: e.API, ktime: e.Ktime, phase: ph, site: site})
+	case bpf.EvColl:
+		if e.API.IsCollective() {
+			acc.Colls++
+			dt, _, _ := e.NCCLArgs()
+			sz, ok := dtypeSize[dt]
+			if !ok {
+				sz = 1
+			}
+			ev.Bytes = int64(e.Arg0) * sz
+			acc.CollBytes += ev.Bytes
+		} else {
+			acc.Markers++
+		}
+	default:
+		acc.Markers++
+	}
+	if a.opts.OnEvent != nil {
+		a.opts.OnEvent(&ev)
+	}
+}
+
+func (a *Agent) onSyncExit(e *bpf.SyncExit) {
+	p := a.proc(int(e.PID))
+	t := p.thread(int(e.TID))
+	// Blocking calls do not nest across hooked APIs on one thread; match
+	// the innermost pending entry of the same API.
+	for i := len(t.pending) - 1; i >= 0; i-- {
+		ps := t.pending[i]
+		if ps.api != e.API {
+			continue
+		}
+		t.pending = append(t.pending[:i], t.pending[i+1:]...)
+		m := a.matcherOf(p)
+		acc := t.acc(ps.phase, e.Ktime, m)
+		wait := int64(e.Ktime - ps.ktime)
+		acc.SyncWaitNs += wait
+		if ps.site != "" {
+			if acc.SyncSites == nil {
+				acc.SyncSites = map[string]int64{}
+			}
+			acc.SyncSites[ps.site] += wait
+		}
+		if t.inCycle && e.Ktime > t.cycleLast {
+			t.cycleLast = e.Ktime
+		}
+		if a.opts.OnEvent != nil {
+			ev := Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: "sync_exit", API: e.API.String(),
+				Phase: m.PhaseName(ps.phase), WaitNs: wait, Site: ps.site}
+			if t.inCycle {
+				ev.Cycle = t.cycleNo
+			}
+			a.opts.OnEvent(&ev)
+		}
+		return
+	}
+	a.rep.Loss.UnmatchedExit++
+}
+
+// acc returns the accumulator of phase ph for the thread's current cycle,
+// or the outside-cycle totals.
+func (t *thread) acc(ph uint16, ktime uint64, m *phase.Matcher) *phaseAcc {
+	if !t.inCycle {
+		// Outside cycles there is no span to measure, only counts.
+		pa := t.outside[ph]
+		if pa == nil {
+			pa = &phaseAcc{PhaseStats: PhaseStats{Phase: m.PhaseName(ph)}}
+			t.outside[ph] = pa
+		}
+		return pa
+	}
+	pa := t.cur[ph]
+	if pa == nil {
+		pa = &phaseAcc{PhaseStats: PhaseStats{Phase: m.PhaseName(ph)}, first: ktime}
+		t.cur[ph] = pa
+	}
+	if ktime > pa.last {
+		pa.last = ktime
+	}
+	if ktime > t.cycleLast {
+		t.cycleLast = ktime
+	}
+	return pa
+}
+
+// advanceCycle applies the cycle rules before an event of phase ph:
+// a cycle is one call of the preset's cycle function, told apart by its
+// frame address and, for loops inside one call (HF), by the start phase
+// coming back after other phases.
+func (a *Agent) advanceCycle(p *process, t *thread, ph uint16, cyc uint64, ktime uint64, m *phase.Matcher) {
+	start := m.CycleStartPhase()
+	if cyc == 0 {
+		if t.inCycle {
+			a.closeCycle(p, t, m)
+		}
+		return
+	}
+	newCycle := !t.inCycle || cyc != t.cycleFrame
+	if !newCycle && start != 0 && ph == start && t.sawAfter {
+		newCycle = true
+	}
+	if newCycle {
+		if t.inCycle {
+			a.closeCycle(p, t, m)
+		}
+		t.inCycle = true
+		t.cycleFrame = cyc
+		t.cycleNo++
+		t.cycleFirst = ktime
+		t.cycleLast = ktime
+		t.sawStart, t.sawAfter = false, false
+	}
+	if ph == start {
+		t.sawStart = true
+	} else if t.sawStart {
+		t.sawAfter = true
+	}
+}
+
+func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
+	if !t.inCycle {
+		return
+	}
+	t.inCycle = false
+	span := int64(t.cycleLast - t.cycleFirst)
+	if t.cycles == 0 {
+		t.winFirst = t.cycleNo
+	}
+	t.cycles++
+	t.totalNs += span
+	t.winNs += span
+	for ph, pa := range t.cur {
+		pa.Cycles = 1
+		pa.CPUSpanNs = int64(pa.last - pa.first)
+		for _, dst := range []map[uint16]*PhaseStats{t.win, t.total} {
+			s := dst[ph]
+			if s == nil {
+				s = &PhaseStats{Phase: pa.Phase}
+				dst[ph] = s
+			}
+			s.add(&pa.PhaseStats)
+		}
+	}
+	t.cur = map[uint16]*phaseAcc{}
+	if a.opts.Interval > 0 && t.cycleNo-t.winFirst+1 >= a.opts.Interval {
+		w := &Window{PID: p.pid, TID: t.tid, FirstCycle: t.winFirst, LastCycle: t.cycleNo, CycleNs: t.winNs,
+			Phases: sortedStats(t.win, func(id uint16) int { return a.phaseOrder(id, m) })}
+		t.win = map[uint16]*PhaseStats{}
+		t.winNs = 0
+		t.winFirst = t.cycleNo + 1
+		if a.opts.OnWindow != nil {
+			a.opts.OnWindow(w)
+		}
+	}
+}
+
+func (p *process) closeCycles(a *Agent) {
+	m := a.matcherOf(p)
+	for _, t := range p.threads {
+		a.closeCycle(p, t, m)
+	}
+}
+
+func (p *process) report(a *Agent) *ProcessReport {
+	m := a.matcherOf(p)
+	r := *p.rep
+	r.Threads = nil
+	order := func(id uint16) int { return a.phaseOrder(id, m) }
+	for _, t := range p.threads {
+		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs,
+			Phases: sortedStats(t.total, order), Outside: sortedStats(outsideStats(t.outside), order), Calls: t.calls, Resolved: t.resolved})
+	}
+	sort.Slice(r.Threads, func(i, j int) bool { return r.Threads[i].TID < r.Threads[j].TID })
+	return &r
+}
+
+func sortProcesses(ps []*ProcessReport) {
+	sort.Slice(ps, func(i, j int) bool { return ps[i].PID < ps[j].PID })
+}
+
+func outsideStats(m map[uint16]*phaseAcc) map[uint16]*PhaseStats {
+	out := make(map[uint16]*PhaseStats, len(m))
+	for k, v := range m {
+		s := v.PhaseStats
+		out[k] = &s
+	}
+	return out
+}

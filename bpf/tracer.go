@@ -1,0 +1,366 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// PyConfig tells BPF how to walk one process's interpreter. All offsets are
+// bytes; user space (agent/python) derives them from the target's version or
+// its _Py_DebugOffsets.
+type PyConfig = specprofPyConfig
+
+// Interpreter layout flags for PyConfig.Flags.
+const (
+	CfgCFrame      = uint32(specprofSpCfgFlagsSP_CFG_CFRAME)
+	CfgSkipOwner   = uint32(specprofSpCfgFlagsSP_CFG_SKIP_OWNER)
+	CfgTaggedExec  = uint32(specprofSpCfgFlagsSP_CFG_TAGGED_EXEC)
+	CfgPthreadTID  = uint32(specprofSpCfgFlagsSP_CFG_PTHREAD_TID)
+	CfgFrameObject = uint32(specprofSpCfgFlagsSP_CFG_FRAME_OBJECT)
+)
+
+// CodeClass is what BPF needs to know about one code object.
+type CodeClass struct {
+	Phase    uint16 // phase when this frame is the innermost match; 0 none
+	AltPhase uint16 // phase when a marker frame lies below; 0 none
+	Marker   bool   // satisfies an outer frame's requires_below
+	Cycle    bool   // the cycle function
+	Qualname uint64 // co_qualname pointer, to catch reused addresses; 0 skips the check
+}
+
+// Lost counts records the BPF side could not deliver.
+type Lost struct {
+	RingBuf uint64 // ring buffer full
+	Scratch uint64 // per-CPU scratch unavailable
+	OpenAt  uint64 // openat bookkeeping map full
+}
+
+// Tracer owns the loaded programs, the ring buffer and the uprobe links.
+type Tracer struct {
+	objs   specprofObjects
+	rd     *ringbuf.Reader
+	global []link.Link
+
+	mu    sync.Mutex
+	links map[libKey][]link.Link
+}
+
+type libKey struct {
+	pid  int
+	path string
+}
+
+// Load loads the BPF objects and attaches the process lifecycle and openat
+// tracepoints. It needs root or CAP_BPF+CAP_PERFMON.
+func Load() (*Tracer, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	t := &Tracer{links: map[libKey][]link.Link{}}
+	if err := loadSpecprofObjects(&t.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load BPF programs (verifier): %+v", ve)
+		}
+		if errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("load BPF programs: %w (run as root or grant CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)", err)
+		}
+		return nil, fmt.Errorf("load BPF programs: %w", err)
+	}
+	attach := func(what string, f func() (link.Link, error)) error {
+		l, err := f()
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", what, err)
+		}
+		t.global = append(t.global, l)
+		return nil
+	}
+	err := errors.Join(
+		attach("tp_btf/sched_process_fork", func() (link.Link, error) {
+			return link.AttachTracing(link.TracingOptions{Program: t.objs.SpFork})
+		}),
+		attach("tracepoint sched/sched_process_exec", func() (link.Link, error) {
+			return link.Tracepoint("sched", "sched_process_exec", t.objs.SpExec, nil)
+		}),
+		attach("tracepoint sched/sched_process_exit", func() (link.Link, error) {
+			return link.Tracepoint("sched", "sched_process_exit", t.objs.SpExit, nil)
+		}),
+		attach("tracepoint syscalls/sys_enter_openat", func() (link.Link, error) {
+			return link.Tracepoint("syscalls", "sys_enter_openat", t.objs.SpOpenatEnter, nil)
+		}),
+		attach("tracepoint syscalls/sys_exit_openat", func() (link.Link, error) {
+			return link.Tracepoint("syscalls", "sys_exit_openat", t.objs.SpOpenatExit, nil)
+		}),
+	)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	rd, err := ringbuf.NewReader(t.objs.Events)
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("open ring buffer: %w", err)
+	}
+	t.rd = rd
+	return t, nil
+}
+
+// Track starts following pid (and the processes it forks from now on).
+// With stopOnLib the process is stopped with SIGSTOP whenever it opens
+// libcuda or libnccl, so probes can be attached before the first call; the
+// caller must then attach and send SIGCONT (see LibOpen.Stopped).
+func (t *Tracer) Track(pid int, stopOnLib bool) error {
+	var flags uint32
+	if stopOnLib {
+		flags |= uint32(specprofSpTrackFlagsSP_TRACK_STOP_ON_LIB)
+	}
+	if err := t.objs.Tracked.Put(uint32(pid), flags); err != nil {
+		return fmt.Errorf("track pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// SetStopOnLib changes whether pid is stopped on library loads.
+func (t *Tracer) SetStopOnLib(pid int, stop bool) error { return t.Track(pid, stop) }
+
+// SetPyConfig publishes the interpreter layout of pid.
+func (t *Tracer) SetPyConfig(pid int, cfg PyConfig) error {
+	if err := t.objs.PyConfigs.Put(uint32(pid), cfg); err != nil {
+		return fmt.Errorf("set Python config of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// SetCodeClass publishes the classification of one code object of pid.
+func (t *Tracer) SetCodeClass(pid int, code uint64, c CodeClass) error {
+	v := specprofCodeClass{Phase: c.Phase, AltPhase: c.AltPhase, Qualname: c.Qualname}
+	if c.Marker {
+		v.Flags |= uint16(specprofSpClassFlagsSP_CLASS_MARKER)
+	}
+	if c.Cycle {
+		v.Flags |= uint16(specprofSpClassFlagsSP_CLASS_CYCLE)
+	}
+	if err := t.objs.CodeClasses.Put(specprofCodeKey{Pid: uint32(pid), Code: code}, v); err != nil {
+		return fmt.Errorf("set class of code object %#x in pid %d: %w", code, pid, err)
+	}
+	return nil
+}
+
+// Forget removes everything BPF holds about pid: tracking, interpreter
+// layout, code classes, and detaches its uprobes.
+func (t *Tracer) Forget(pid int) {
+	_ = t.objs.Tracked.Delete(uint32(pid))
+	_ = t.objs.PyConfigs.Delete(uint32(pid))
+	t.ForgetCode(pid)
+	t.mu.Lock()
+	for k, ls := range t.links {
+		if k.pid == pid {
+			for _, l := range ls {
+				_ = l.Close()
+			}
+			delete(t.links, k)
+		}
+	}
+	t.mu.Unlock()
+}
+
+// ForgetCode drops the code classes of pid (after exec, or to reclassify).
+func (t *Tracer) ForgetCode(pid int) {
+	var (
+		k    specprofCodeKey
+		v    specprofCodeClass
+		dead []specprofCodeKey
+	)
+	it := t.objs.CodeClasses.Iterate()
+	for it.Next(&k, &v) {
+		if k.Pid == uint32(pid) {
+			dead = append(dead, k)
+		}
+	}
+	for _, k := range dead {
+		_ = t.objs.CodeClasses.Delete(k)
+	}
+}
+
+// Attached is the result of AttachLibrary.
+type Attached struct {
+	Symbols []string // symbols hooked
+	Missing []string // symbols the library does not export
+}
+
+// AttachLibrary attaches every hook of lib to the library file at path (as
+// openable by the agent, e.g. /proc/PID/root/...), filtered to pid. It is
+// idempotent per (pid, path).
+func (t *Tracer) AttachLibrary(pid int, path string, lib Library) (Attached, error) {
+	var res Attached
+	key := libKey{pid, path}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.links[key]; ok {
+		return res, nil
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return res, fmt.Errorf("open %s %s: %w", lib, path, err)
+	}
+	var links []link.Link
+	for _, h := range Hooks {
+		if h.Lib != lib {
+			continue
+		}
+		prog := t.program(h.Prog)
+		ret := t.program(h.RetProg)
+		for _, sym := range h.Symbols {
+			l, err := ex.Uprobe(sym, prog, &link.UprobeOptions{PID: pid})
+			if err != nil {
+				if errors.Is(err, link.ErrNoSymbol) {
+					res.Missing = append(res.Missing, sym)
+					continue
+				}
+				closeAll(links)
+				return Attached{}, fmt.Errorf("attach uprobe %s in %s: %w", sym, path, err)
+			}
+			links = append(links, l)
+			if ret != nil {
+				l, err := ex.Uretprobe(sym, ret, &link.UprobeOptions{PID: pid})
+				if err != nil {
+					closeAll(links)
+					return Attached{}, fmt.Errorf("attach uretprobe %s in %s: %w", sym, path, err)
+				}
+				links = append(links, l)
+			}
+			res.Symbols = append(res.Symbols, sym)
+		}
+	}
+	if len(res.Symbols) == 0 {
+		return res, fmt.Errorf("attach %s %s: none of the hooked symbols is exported (is this really %s?)", lib, path, lib)
+	}
+	t.links[key] = links
+	return res, nil
+}
+
+func closeAll(ls []link.Link) {
+	for _, l := range ls {
+		_ = l.Close()
+	}
+}
+
+func (t *Tracer) program(name string) *ebpf.Program {
+	switch name {
+	case "":
+		return nil
+	case "sp_launch_kernel":
+		return t.objs.SpLaunchKernel
+	case "sp_launch_kernel_ex":
+		return t.objs.SpLaunchKernelEx
+	case "sp_graph_launch":
+		return t.objs.SpGraphLaunch
+	case "sp_stream_sync":
+		return t.objs.SpStreamSync
+	case "sp_stream_sync_ret":
+		return t.objs.SpStreamSyncRet
+	case "sp_event_sync":
+		return t.objs.SpEventSync
+	case "sp_event_sync_ret":
+		return t.objs.SpEventSyncRet
+	case "sp_ctx_sync":
+		return t.objs.SpCtxSync
+	case "sp_ctx_sync_ret":
+		return t.objs.SpCtxSyncRet
+	case "sp_memcpy_dtoh":
+		return t.objs.SpMemcpyDtoh
+	case "sp_memcpy_dtoh_ret":
+		return t.objs.SpMemcpyDtohRet
+	case "sp_memcpy_dtoh_async":
+		return t.objs.SpMemcpyDtohAsync
+	case "sp_begin_capture":
+		return t.objs.SpBeginCapture
+	case "sp_end_capture":
+		return t.objs.SpEndCapture
+	case "sp_graph_instantiate":
+		return t.objs.SpGraphInstantiate
+	case "sp_event_record":
+		return t.objs.SpEventRecord
+	case "sp_stream_wait_event":
+		return t.objs.SpStreamWaitEvent
+	case "sp_nccl_all_reduce":
+		return t.objs.SpNcclAllReduce
+	case "sp_nccl_all_gather":
+		return t.objs.SpNcclAllGather
+	case "sp_nccl_reduce_scatter":
+		return t.objs.SpNcclReduceScatter
+	case "sp_nccl_broadcast":
+		return t.objs.SpNcclBroadcast
+	case "sp_nccl_reduce":
+		return t.objs.SpNcclReduce
+	case "sp_nccl_send":
+		return t.objs.SpNcclSend
+	case "sp_nccl_recv":
+		return t.objs.SpNcclRecv
+	case "sp_nccl_group_start":
+		return t.objs.SpNcclGroupStart
+	case "sp_nccl_group_end":
+		return t.objs.SpNcclGroupEnd
+	}
+	panic("bpf: unknown program " + name)
+}
+
+// Read blocks until the next record and decodes it. It returns
+// ringbuf.ErrClosed (wrapped) after Close.
+func (t *Tracer) Read() (any, error) {
+	rec, err := t.rd.Read()
+	if err != nil {
+		return nil, fmt.Errorf("read ring buffer: %w", err)
+	}
+	return Decode(rec.RawSample)
+}
+
+// ErrClosed is returned by Read after Close.
+var ErrClosed = ringbuf.ErrClosed
+
+// Lost sums the per-CPU loss counters.
+func (t *Tracer) Lost() (Lost, error) {
+	var l Lost
+	for idx, dst := range map[uint32]*uint64{
+		uint32(specprofSpLostSP_LOST_RINGBUF): &l.RingBuf,
+		uint32(specprofSpLostSP_LOST_SCRATCH): &l.Scratch,
+		uint32(specprofSpLostSP_LOST_OPENAT):  &l.OpenAt,
+	} {
+		var per []uint64
+		if err := t.objs.Lost.Lookup(idx, &per); err != nil {
+			return l, fmt.Errorf("read loss counters: %w", err)
+		}
+		for _, v := range per {
+			*dst += v
+		}
+	}
+	return l, nil
+}
+
+// Close detaches everything and frees the BPF objects.
+func (t *Tracer) Close() error {
+	if t.rd != nil {
+		_ = t.rd.Close()
+	}
+	t.mu.Lock()
+	for k, ls := range t.links {
+		closeAll(ls)
+		delete(t.links, k)
+	}
+	t.mu.Unlock()
+	closeAll(t.global)
+	t.global = nil
+	return t.objs.Close()
+}
+
+// SetDeadline makes a blocked Read return os.ErrDeadlineExceeded at t (to
+// drain the ring buffer at the end of a session).
+func (t *Tracer) SetDeadline(d time.Time) { t.rd.SetDeadline(d) }

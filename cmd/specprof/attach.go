@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/specprof/specprof/agent/proc"
+)
+
+func newAttachCmd() *cobra.Command {
+	var (
+		f        sessionFlags
+		pid      int
+		duration time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "attach --pid PID",
+		Short: "Profile a running Python process until Ctrl-C, --duration, or its exit",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if pid <= 0 {
+				return fmt.Errorf("--pid is required (the PID of a running Python process)")
+			}
+			if !proc.Exists(pid) {
+				return fmt.Errorf("pid %d does not exist", pid)
+			}
+			s, err := newSession(&f, os.Stdout)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			if err := s.ag.AttachRunning(pid); err != nil {
+				return fmt.Errorf("attach to pid %d: %w", pid, err)
+			}
+			fmt.Fprintf(os.Stderr, "specprof: attached to pid %d; Ctrl-C to stop\n", pid)
+			done := make(chan struct{})
+			agentErr := make(chan error, 1)
+			go func() { agentErr <- s.runAgent(done) }()
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			var timeout <-chan time.Time
+			if duration > 0 {
+				timeout = time.After(duration)
+			}
+			select {
+			case <-sigs:
+			case <-timeout:
+			case <-s.ag.Exited():
+				fmt.Fprintf(os.Stderr, "specprof: pid %d exited\n", pid)
+			}
+			signal.Stop(sigs)
+			close(done)
+			if err := <-agentErr; err != nil {
+				fmt.Fprintln(os.Stderr, "specprof: agent:", err)
+			}
+			return s.finish()
+		},
+	}
+	f.register(c)
+	c.Flags().IntVarP(&pid, "pid", "p", 0, "PID of the Python process to profile")
+	c.Flags().DurationVar(&duration, "duration", 0, "stop after this long (default: until Ctrl-C or exit)")
+	return c
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/bpf"
+	"github.com/specprof/specprof/internal/testenv"
+)
+
+type call struct {
+	api, phase string
+	ktime      uint64
+}
+
+// canonical maps every hooked exported symbol to its family name.
+var canonical = func() map[string]string {
+	m := map[string]string{}
+	for _, h := range bpf.Hooks {
+		for _, s := range h.Symbols {
+			m[s] = h.Name
+		}
+	}
+	return m
+}()
+
+func readTruth(t *testing.T, path string) map[int][]call {
+	t.Helper()
+	recs, err := testenv.ReadTruth(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int][]call{}
+	for _, r := range recs {
+		var name string
+		switch r.Kind {
+		case "api":
+			name = canonical[r.API]
+		case "coll": // written by the stand-in libnccl
+			name = canonical["nccl"+r.Op]
+		}
+		if name == "" {
+			continue // not hooked
+		}
+		out[int(r.Tid)] = append(out[int(r.Tid)], call{api: name, phase: r.Tag, ktime: r.Enter})
+	}
+	for _, cs := range out {
+		sort.SliceStable(cs, func(i, j int) bool { return cs[i].ktime < cs[j].ktime })
+	}
+	return out
+}
+
+func readEvents(t *testing.T, path string) map[int][]call {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[int][]call{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e eventLine
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("event line %q: %v", sc.Text(), err)
+		}
+		if e.Kind == "sync_exit" {
+			continue
+		}
+		out[e.TID] = append(out[e.TID], call{api: e.API, phase: e.Phase, ktime: e.Ktime})
+	}
+	for _, cs := range out {
+		sort.SliceStable(cs, func(i, j int) bool { return cs[i].ktime < cs[j].ktime })
+	}
+	return out
+}
+
+// compareCalls requires every hooked call of every thread to be reported,
+// in order, with the phase the workload itself recorded for it.
+func compareCalls(t *testing.T, truth, got map[int][]call) int {
+	t.Helper()
+	total := 0
+	for tid, want := range truth {
+		have := got[tid]
+		if len(have) != len(want) {
+			t.Errorf("tid %d: %d calls reported, workload made %d", tid, len(have), len(want))
+		}
+		bad := 0
+		for i := 0; i < len(want) && i < len(have); i++ {
+			if want[i].api != have[i].api || want[i].phase != have[i].phase {
+				if bad < 5 {
+					t.Errorf("tid %d call %d: got %s in %q, workload recorded %s in %q", tid, i, have[i].api, have[i].phase, want[i].api, want[i].phase)
+				}
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("tid %d: %d of %d calls misattributed", tid, bad, len(want))
+		}
+		total += len(want)
+	}
+	for tid := range got {
+		if _, ok := truth[tid]; !ok {
+			t.Errorf("tid %d: %d calls reported for a thread that made none", tid, len(got[tid]))
+		}
+	}
+	return total
+}
+
+func TestRunAttributesEveryCall(t *testing.T) {
+	testenv.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	std := testenv.BuildStandins(t)
+	bin := testenv.GoBuild(t, "./cmd/specprof", t.TempDir())
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	workload := filepath.Join(root, "testdata/workloads/sglang_demo.py")
+	const cycles = 24
+	for _, py := range testenv.Interpreters(t) {
+		for _, mode := range []string{"graph", "eager"} {
+			for _, depth := range []int{10, 200} {
+				name := fmt.Sprintf("%s/%s/depth%d", py.Name, mode, depth)
+				t.Run(name, func(t *testing.T) {
+					dir := t.TempDir()
+					args := []string{"run", "-q", "--interval", "0", "-o", dir, "--events", filepath.Join(dir, "events.jsonl"), "--",
+						py.Path, workload, "--cycles", fmt.Sprint(cycles), "--mode", mode, "--stack-depth", fmt.Sprint(depth),
+						"--extra-thread", "--allreduce", "--log-interval", "8"}
+					cmd := exec.Command(bin, args...)
+					cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"))
+					out, err := cmd.CombinedOutput()
+					if err != nil {
+						t.Fatalf("specprof run: %v\n%s", err, out)
+					}
+					if !strings.Contains(string(out), "Decode batch") {
+						t.Errorf("workload log lines missing:\n%s", out)
+					}
+					truth := readTruth(t, filepath.Join(dir, "truth.jsonl"))
+					got := readEvents(t, filepath.Join(dir, "events.jsonl"))
+					n := compareCalls(t, truth, got)
+					if len(truth) < 2 {
+						t.Errorf("expected calls from two threads, got %d", len(truth))
+					}
+
+					var rep agent.Report
+					b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := json.Unmarshal(b, &rep); err != nil {
+						t.Fatal(err)
+					}
+					checkReport(t, &rep, cycles)
+					t.Logf("%d calls compared", n)
+				})
+			}
+		}
+	}
+}
+
+// checkReport: the main thread ran exactly `cycles` cycles, nothing was lost.
+func checkReport(t *testing.T, rep *agent.Report, cycles int) {
+	t.Helper()
+	if len(rep.Processes) != 1 {
+		t.Fatalf("report has %d processes, want 1", len(rep.Processes))
+	}
+	p := rep.Processes[0]
+	var main *agent.ThreadReport
+	for _, th := range p.Threads {
+		if th.TID == p.PID {
+			main = th
+		}
+	}
+	if main == nil {
+		t.Fatalf("no main thread in report")
+	}
+	if main.Cycles != cycles {
+		t.Errorf("main thread: %d cycles in report, workload ran %d", main.Cycles, cycles)
+	}
+	l := rep.Loss
+	if l.RingBuf+l.Scratch+l.DecodeErrors+l.ReadErrors+l.Truncated+l.SymbolErrors+l.UnmatchedExit+l.NoThreadState != 0 {
+		t.Errorf("losses: %+v", l)
+	}
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func newRunCmd() *cobra.Command {
+	var f sessionFlags
+	c := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARGS...]",
+		Short: "Start COMMAND under specprof and profile it (and the processes it starts) until it exits",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runCommand(&f, args)
+		},
+	}
+	f.register(c)
+	return c
+}
+
+func runCommand(f *sessionFlags, args []string) error {
+	if _, err := exec.LookPath(args[0]); err != nil {
+		return fmt.Errorf("command %q: %w", args[0], err)
+	}
+	s, err := newSession(f, os.Stdout)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("create exec gate pipe: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own executable: %w", err)
+	}
+	cmd := exec.Command(self, append([]string{gateArg, "--"}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{rd}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", args[0], err)
+	}
+	rd.Close()
+	if err := s.ag.AddRoot(cmd.Process.Pid, true); err != nil {
+		_, _ = wr.Write([]byte{'x'})
+		wr.Close()
+		_ = cmd.Wait()
+		return fmt.Errorf("trace %s: %w", args[0], err)
+	}
+	wr.Close() // release the gate: the target execs now, traced
+
+	// The terminal's Ctrl-C reaches the target too; forward what is sent to
+	// specprof alone, and keep running until the target is gone.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	go func() {
+		for sig := range sigs {
+			_ = cmd.Process.Signal(sig)
+		}
+	}()
+
+	done := make(chan struct{})
+	agentErr := make(chan error, 1)
+	go func() { agentErr <- s.runAgent(done) }()
+	waitErr := cmd.Wait()
+	close(done)
+	if err := <-agentErr; err != nil {
+		fmt.Fprintln(os.Stderr, "specprof: agent:", err)
+	}
+	if err := s.finish(); err != nil {
+		return err
+	}
+	var ee *exec.ExitError
+	if errors.As(waitErr, &ee) {
+		code := ee.ExitCode()
+		if code < 0 {
+			code = 128 + int(ee.Sys().(syscall.WaitStatus).Signal())
+		}
+		return exitError{code}
+	}
+	return waitErr
+}

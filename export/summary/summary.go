@@ -1,0 +1,105 @@
+package summary
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/specprof/specprof/agent"
+)
+
+// Process names a process in table titles.
+type Process struct {
+	PID     int
+	Cmdline string
+}
+
+func ms(ns float64) string { return fmt.Sprintf("%.3f", ns/1e6) }
+
+// WriteWindow prints the table of one window of cycles: per phase the
+// launches, CPU span, blocked time, collectives and bytes, per cycle.
+func WriteWindow(w io.Writer, title string, win *agent.Window) error {
+	n := float64(win.Cycles())
+	fmt.Fprintf(w, "\n%s tid %d  cycles %d-%d  mean cycle %s ms\n", title, win.TID, win.FirstCycle, win.LastCycle, ms(float64(win.CycleNs)/n))
+	return writePhases(w, win.Phases, n, float64(win.CycleNs))
+}
+
+func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs float64) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tlaunches/cyc\tgraph/cyc\tcpu span ms\t% cycle\tsync wait ms\tsyncs/cyc\tcoll/cyc\tcoll MB/cyc\t")
+	for _, p := range phases {
+		pct := 0.0
+		if cycleNs > 0 {
+			pct = 100 * float64(p.CPUSpanNs) / cycleNs
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t%.1f\t%s\t%.1f\t%.1f\t%.3f\t\n", p.Phase,
+			float64(p.Launches)/cycles, float64(p.GraphLaunch)/cycles, ms(float64(p.CPUSpanNs)/cycles), pct,
+			ms(float64(p.SyncWaitNs)/cycles), float64(p.Syncs)/cycles, float64(p.Colls)/cycles,
+			float64(p.CollBytes)/cycles/1e6)
+	}
+	return tw.Flush()
+}
+
+// WriteReport prints the final report: per process and thread, the phase
+// table over all cycles, calls outside cycles, and every loss counter.
+func WriteReport(w io.Writer, r *agent.Report) error {
+	fmt.Fprintf(w, "\n=== specprof report (preset %s, %s) ===\n", r.Preset, r.End.Sub(r.Start).Round(1e6))
+	for _, p := range r.Processes {
+		fmt.Fprintf(w, "\npid %d  %s\n", p.PID, trim(p.Cmdline, 100))
+		if p.Python != "" {
+			fmt.Fprintf(w, "  python %s; libraries: %s\n", p.Python, strings.Join(p.Libraries, ", "))
+		}
+		for _, pr := range p.Problems {
+			fmt.Fprintf(w, "  problem: %s\n", pr)
+		}
+		for _, t := range p.Threads {
+			fmt.Fprintf(w, "  tid %d: %d calls, %d cycles", t.TID, t.Calls, t.Cycles)
+			if t.Cycles > 0 {
+				fmt.Fprintf(w, ", mean cycle %s ms\n", ms(float64(t.CycleNs)/float64(t.Cycles)))
+				if err := writePhases(w, t.Phases, float64(t.Cycles), float64(t.CycleNs)); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(w)
+			}
+			if len(t.Outside) > 0 {
+				fmt.Fprintf(w, "  outside cycles (totals):")
+				for _, s := range t.Outside {
+					fmt.Fprintf(w, " %s=%d calls", s.Phase, s.Launches+s.Syncs+s.Colls+s.Markers)
+				}
+				fmt.Fprintln(w)
+			}
+		}
+	}
+	l := r.Loss
+	fmt.Fprintf(w, "\nevents %d; lost: ringbuf %d, scratch %d, openat %d, decode %d; unattributed: no-python %d, no-thread-state %d, read-errors %d, truncated %d, stale %d, symbolize %d, unmatched sync exits %d\n",
+		r.Events, l.RingBuf, l.Scratch, l.OpenAt, l.DecodeErrors, l.NoPython, l.NoThreadState, l.ReadErrors, l.Truncated, l.Stale, l.SymbolErrors, l.UnmatchedExit)
+	return nil
+}
+
+func trim(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// WriteJSON writes the report to dir/report.json and returns the path.
+func WriteJSON(dir string, r *agent.Report) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create output directory %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, "report.json")
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encode report: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return path, nil
+}

@@ -1,0 +1,17 @@
+module github.com/specprof/specprof
+
+go 1.26
+
+require (
+	github.com/cilium/ebpf v0.22.0
+	github.com/goccy/go-yaml v1.19.2
+	github.com/spf13/cobra v1.10.2
+	golang.org/x/sys v0.43.0
+)
+
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
+)
+
+tool github.com/cilium/ebpf/cmd/bpf2go

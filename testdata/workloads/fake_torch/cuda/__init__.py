@@ -1,0 +1,1 @@
+from fake_torch.cuda.graphs import CUDAGraph, graph  # noqa: F401
