@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -144,17 +143,24 @@ func (a *Agent) AttachRunning(pid int) error {
 
 // Run processes events until ctx is cancelled, then drains what is left.
 func (a *Agent) Run(ctx context.Context) error {
-	go func() {
-		<-ctx.Done()
-		a.pr.SetDeadline(time.Now().Add(300 * time.Millisecond))
-	}()
+	// Reads wake up at least every pollInterval so cancellation is seen even
+	// when nothing is traced; after cancellation, the backlog is drained
+	// until the ring buffer stays empty for one interval.
+	const pollInterval = 200 * time.Millisecond
 	for {
+		a.pr.SetDeadline(time.Now().Add(pollInterval))
 		ev, err := a.pr.Read()
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, bpf.ErrClosed) {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				if ctx.Err() != nil {
+					return nil
+				}
+				continue
+			}
+			if errors.Is(err, bpf.ErrClosed) {
 				return nil
 			}
-			if errors.Is(err, bpf.ErrShortRecord) || strings.Contains(err.Error(), "decode") {
+			if errors.Is(err, bpf.ErrDecode) {
 				a.mu.Lock()
 				a.rep.Loss.DecodeErrors++
 				a.mu.Unlock()

@@ -320,8 +320,15 @@ func (t *Tracer) Read() (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read ring buffer: %w", err)
 	}
-	return Decode(rec.RawSample)
+	ev, err := Decode(rec.RawSample)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDecode, err)
+	}
+	return ev, nil
 }
+
+// ErrDecode wraps Read errors about a malformed record (counted, not fatal).
+var ErrDecode = errors.New("bad record")
 
 // ErrClosed is returned by Read after Close.
 var ErrClosed = ringbuf.ErrClosed

@@ -127,6 +127,10 @@ func (s *session) finish() error {
 	if err := summary.WriteReport(s.out, r); err != nil {
 		return err
 	}
+	if !anyLibrary(r) {
+		fmt.Fprintln(s.out, "specprof: no traced process loaded libcuda.so or libnccl.so, so no CUDA call was traced "+
+			"(check that the program uses CUDA and that its libcuda.so.1 is the one on its library path)")
+	}
 	path, err := summary.WriteJSON(s.outDir, r)
 	if err != nil {
 		return err
@@ -146,4 +150,13 @@ func (s *session) runAgent(done <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-done; cancel() }()
 	return s.ag.Run(ctx)
+}
+
+func anyLibrary(r *agent.Report) bool {
+	for _, p := range r.Processes {
+		if len(p.Libraries) > 0 {
+			return true
+		}
+	}
+	return false
 }

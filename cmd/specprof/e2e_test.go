@@ -122,7 +122,7 @@ func TestRunAttributesEveryCall(t *testing.T) {
 		t.Skip("end-to-end")
 	}
 	std := testenv.BuildStandins(t)
-	bin := testenv.GoBuild(t, "./cmd/specprof", t.TempDir())
+	bin := specprofBin(t)
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
