@@ -33,6 +33,7 @@ standins:
 
 test: standins
 	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./cupti/
 
 test-unit:
 	$(GO) test -count=1 -short ./...
@@ -45,6 +46,22 @@ bench: build
 demo: build
 	LD_LIBRARY_PATH=$(STANDIN) $(BIN) run --interval 100 -o $(BUILD)/demo-out -- \
 		$(PYTHON) testdata/workloads/sglang_demo.py --cycles 300 --mode graph --allreduce --proctitle sglang::scheduler_TP0
+
+# The CUPTI injection library (build/libspecprof_cupti.so; needs no CUDA header) and the mock
+# libcupti.so.13 that the stand-in libcuda drives (build/standin), for cupti's tests.
+.PHONY: cupti mockcupti cupti-layoutcheck
+build: cupti
+test: cupti mockcupti
+
+cupti:
+	$(MAKE) -C cupti/lib OUT=$(abspath $(BUILD))
+
+mockcupti: standins
+	$(MAKE) -C testdata/mockcupti OUT=$(STANDIN)
+
+# On a CUDA host: assert cupti_min.h and the mock's layouts against NVIDIA's headers.
+cupti-layoutcheck:
+	sh cupti/layoutcheck/run.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

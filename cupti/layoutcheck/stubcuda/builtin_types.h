@@ -1,0 +1,1 @@
+/* Stub for run.sh --debian (cupti_callbacks.h includes it). */

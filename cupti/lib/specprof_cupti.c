@@ -1,0 +1,1292 @@
+/*
+ * libspecprof_cupti.so — specprof's CUPTI injection library.
+ *
+ * The CUDA driver loads it through CUDA_INJECTION64_PATH and calls InitializeInjection from
+ * cuInit. It subscribes to CUPTI, converts activity records into specprof's wire format
+ * (../wire.h) and streams them over a unix socket to the agent (SPECPROF_SOCKET).
+ *
+ * Never harm the target (design §8):
+ *   - Nothing on an application or CUPTI thread blocks or does socket I/O: CUPTI's completed
+ *     buffers go to a short mutex-protected queue, graph-node events to a lock-free table; the
+ *     library's own sender thread converts and sends, with non-blocking sends and short polls.
+ *   - No agent, slow agent, dead agent: records are dropped and counted (STATS), never waited on.
+ *     Activity collection is enabled only while an agent is connected.
+ *   - SIGPIPE cannot fire (MSG_NOSIGNAL). CUPTI errors are logged once (stderr, "specprof-cupti:")
+ *     and switch the library off; it never exits or aborts the host.
+ *   - Another CUPTI subscriber (torch.profiler, Nsight): step aside, once, clearly.
+ *   - fork: the child inherits no sender thread and collects nothing.
+ *   - exit: one forced flush and at most 200 ms for the sender to deliver.
+ */
+#define _GNU_SOURCE
+#include "cupti_min.h"
+#include "../wire.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define DEFAULT_SOCKET "/run/specprof/cupti.sock"
+#define EXIT_BUDGET_NS 200000000ull /* atexit: at most 200 ms for the sender to deliver */
+#define MAX_BUFS_LIMIT 256
+#define STATS_PERIOD_NS 1000000000ull
+#define CONGESTION_WAIT_MS 5
+
+/* Supported cuptiGetVersion ranges: see cupti_min.h for the record versions each one emits. */
+#define API_MIN_12 18u     /* CUDA 11.8 and 12.0 */
+#define API_MAX_12 28u     /* CUDA 12.9 */
+#define API_MIN_13 130000u /* CUDA 13.0.x */
+#define API_MAX_13 130099u
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration and logging                                                                  */
+
+/* Record-type bits of the kinds the user asked for (SPECPROF_CUPTI_KINDS). */
+#define K_KERNEL (1u << SPW_KERNEL)
+#define K_MEMCPY (1u << SPW_MEMCPY)
+#define K_MEMSET (1u << SPW_MEMSET)
+#define K_API (1u << SPW_API)
+#define K_SYNC (1u << SPW_SYNC)
+#define K_OVERHEAD (1u << SPW_OVERHEAD)
+#define K_ALL (K_KERNEL | K_MEMCPY | K_MEMSET | K_API | K_SYNC | K_OVERHEAD)
+
+static struct {
+    char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    uint32_t kinds;
+    size_t buf_size;
+    int max_bufs;
+    uint64_t flush_ns;
+    uint64_t retry_ns;
+    uint32_t graph_cap;
+    size_t out_cap; /* sender's output buffer */
+    int debug;
+} cfg;
+
+static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logmsg(const char *fmt, ...) {
+    char b[512];
+    int n = snprintf(b, sizeof b, "specprof-cupti: ");
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(b + n, sizeof b - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (n > (int)sizeof b - 2) n = (int)sizeof b - 2;
+    b[n++] = '\n';
+    ssize_t w = write(2, b, (size_t)n); /* one write: lines from several processes stay whole */
+    (void)w;
+}
+
+/* Logs each distinct message at most once per process. */
+enum { L_NOLIB, L_VERSION, L_BUSY, L_SUBSCRIBE, L_REGISTER, L_TS, L_ENABLE, L_LAYOUT, L_SOCKET, L_ALLOC,
+       L_GETNEXT, L_NUM };
+static atomic_int logged[L_NUM];
+#define LOG_ONCE(id, ...)                                          \
+    do {                                                           \
+        if (!atomic_exchange(&logged[id], 1)) logmsg(__VA_ARGS__); \
+    } while (0)
+#define DEBUG(...)                           \
+    do {                                     \
+        if (cfg.debug) logmsg(__VA_ARGS__);  \
+    } while (0)
+
+static uint64_t env_u64(const char *name, uint64_t def, uint64_t lo, uint64_t hi) {
+    const char *s = getenv(name);
+    if (!s || !*s) return def;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || v < lo || v > hi) return def;
+    return v;
+}
+
+static uint32_t parse_kinds(const char *s) {
+    if (!s || !*s) return K_ALL;
+    uint32_t k = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        if (!strcmp(t, "kernel")) k |= K_KERNEL;
+        else if (!strcmp(t, "memcpy")) k |= K_MEMCPY;
+        else if (!strcmp(t, "memset")) k |= K_MEMSET;
+        else if (!strcmp(t, "api")) k |= K_API;
+        else if (!strcmp(t, "sync")) k |= K_SYNC;
+        else if (!strcmp(t, "overhead")) k |= K_OVERHEAD;
+        else if (!strcmp(t, "all")) k |= K_ALL;
+    }
+    return k;
+}
+
+static void read_config(void) {
+    const char *p = getenv("SPECPROF_SOCKET");
+    if (!p || !*p) p = DEFAULT_SOCKET;
+    if (strlen(p) >= sizeof cfg.socket_path) {
+        LOG_ONCE(L_SOCKET, "SPECPROF_SOCKET is longer than %zu bytes; using %s", sizeof cfg.socket_path - 1,
+                 DEFAULT_SOCKET);
+        p = DEFAULT_SOCKET;
+    }
+    snprintf(cfg.socket_path, sizeof cfg.socket_path, "%s", p);
+    cfg.kinds = parse_kinds(getenv("SPECPROF_CUPTI_KINDS"));
+    cfg.buf_size = (size_t)env_u64("SPECPROF_CUPTI_BUFFER_KB", 1024, 16, 65536) * 1024;
+    cfg.max_bufs = (int)env_u64("SPECPROF_CUPTI_BUFFERS", 16, 2, MAX_BUFS_LIMIT);
+    cfg.flush_ns = env_u64("SPECPROF_CUPTI_FLUSH_MS", 100, 1, 60000) * 1000000ull;
+    cfg.retry_ns = env_u64("SPECPROF_CUPTI_RETRY_MS", 500, 10, 600000) * 1000000ull;
+    cfg.graph_cap = (uint32_t)env_u64("SPECPROF_CUPTI_GRAPH_NODES", 262144, 0, 1u << 24);
+    cfg.out_cap = (size_t)env_u64("SPECPROF_CUPTI_SEND_BUFFER_KB", 4096, 64, 1u << 20) * 1024;
+    cfg.debug = env_u64("SPECPROF_CUPTI_DEBUG", 0, 0, 1) != 0;
+}
+
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The timestamp CUPTI puts in every record: CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns. */
+static uint64_t timestamp_cb(void) { return mono_ns(); }
+
+static uint32_t my_tid(void) {
+    static __thread uint32_t tid;
+    if (!tid) tid = (uint32_t)syscall(SYS_gettid);
+    return tid;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* State                                                                                      */
+
+static struct spc_api_table C; /* CUPTI entry points */
+static uint32_t g_cupti_version;
+static spc_subscriber g_sub;
+static int g_clock = SPW_CLOCK_CALLBACK;
+static _Atomic int64_t g_offset; /* SPW_CLOCK_OFFSET: CUPTI time - CLOCK_MONOTONIC */
+
+static atomic_int g_active;     /* initialized and not switched off */
+static atomic_int g_collecting; /* an agent is connected: kinds enabled, buffers granted */
+static atomic_int g_forked;     /* we are a forked child: do nothing */
+static atomic_int g_shutdown;   /* exit in progress: no more CUPTI calls from the sender */
+
+/* Counters behind STATS (cumulative). */
+static struct {
+    atomic_ullong delivered, dropped_cupti, dropped_no_agent, dropped_backpressure, dropped_disconnect,
+        dropped_graph, buffers_completed, buffers_refused, bytes_sent, unknown, connects, names_dropped;
+} st;
+
+/* Activity buffers: a pool of at most cfg.max_bufs, and the queue of completed ones. */
+struct done_buf {
+    uint8_t *buf;
+    size_t valid;
+};
+static struct {
+    pthread_mutex_t mu;
+    uint8_t *free[MAX_BUFS_LIMIT];
+    int nfree, nalloc;
+    struct done_buf done[MAX_BUFS_LIMIT];
+    int dhead, dn;
+} bq = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int g_efd = -1;              /* eventfd that wakes the sender */
+static atomic_int g_sender_waiting; /* the sender sleeps in poll: wake it */
+
+/* Exit handshake between atexit and the sender. */
+static pthread_mutex_t exit_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t exit_cv; /* on CLOCK_MONOTONIC, set up in init */
+static atomic_int g_exit_req;
+static int g_exit_done; /* under exit_mu */
+static uint64_t g_exit_deadline;
+
+static void wake_sender(void) {
+    if (g_efd >= 0 && atomic_load(&g_sender_waiting)) {
+        uint64_t one = 1;
+        ssize_t w = write(g_efd, &one, sizeof one); /* non-blocking eventfd: never waits */
+        (void)w;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Graph nodes: a lock-free append-only table written from CUPTI callbacks on application      */
+/* threads, read by the sender. It is kept, so every new connection gets the whole mapping     */
+/* (graphs are usually captured at startup, before a late agent connects).                     */
+
+struct gn_slot {
+    struct spw_graph_node rec;
+    atomic_int ready;
+};
+static struct gn_slot *g_gn;
+static atomic_uint g_gn_n;
+
+static void gn_append(const struct spw_graph_node *r) {
+    if (!g_gn) return;
+    unsigned i = atomic_fetch_add(&g_gn_n, 1);
+    if (i >= cfg.graph_cap) {
+        atomic_fetch_add(&st.dropped_graph, 1);
+        return;
+    }
+    g_gn[i].rec = *r;
+    atomic_store_explicit(&g_gn[i].ready, 1, memory_order_release);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* CUPTI callbacks                                                                            */
+
+/* Driver API calls during which graph nodes get created or cloned: their enter callback records
+ * the correlation id that a GRAPHNODE_CREATED/CLONED callback (issued between enter and exit)
+ * attributes the node to. Numbers from cupti_driver_cbid.h (stable across versions; a cbid a
+ * CUPTI version does not know is skipped when enabling). */
+static const uint16_t tracked_cbids[] = {
+    60,  62,  64,  66,  67,  68,  69,  115, 116, 117, 216, 218, 220, 222, 224, 226, /* legacy async copies, launches */
+    277, 279, 281, 283, 289, 291, 293, 306, 307, 319, 321,                         /* _v2 async copies, cuLaunchKernel */
+    418, 419, 420, 421, 422, 423, 424, 425, 426, 427, 428, 429, 430, 431, 432, 433, /* _ptsz async copies/sets */
+    442, 477, 478, 480,                                                             /* launches */
+    502, 504, 506, 513, 523, 525, 526, 527, 528, 530, 538, 561, 578, 589, 590,     /* graph building */
+    618, 621, 638, 639, 643, 652, 653, 656, 657, 669, 689, 692, 696, 712, 713, 714, 720, 721, 723,
+    776, 777, 778, 779, 796, 797, 798, 799, /* batched async copies (12.8+) */
+};
+
+static __thread uint32_t t_corr, t_cbid;
+
+static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *data) {
+    (void)ud;
+    if (atomic_load_explicit(&g_forked, memory_order_relaxed) || !data) return;
+    if (domain == SPC_DOMAIN_DRIVER_API) {
+        const struct spc_callback_data *cd = data;
+        if (cd->callbackSite == SPC_API_ENTER) {
+            t_corr = cd->correlationId;
+            t_cbid = cbid;
+        } else {
+            t_corr = 0;
+            t_cbid = 0;
+        }
+        return;
+    }
+    if (domain != SPC_DOMAIN_RESOURCE ||
+        (cbid != SPC_CBID_RESOURCE_GRAPHNODE_CREATED && cbid != SPC_CBID_RESOURCE_GRAPHNODE_CLONED))
+        return;
+    const struct spc_resource_data *rd = data;
+    const struct spc_graph_data *gd = rd->resourceDescriptor;
+    if (!gd || !C.GetGraphNodeId) return;
+    struct spw_graph_node r;
+    memset(&r, 0, sizeof r);
+    if (C.GetGraphNodeId(gd->node, &r.nodeID) != SPC_SUCCESS) return;
+    if (C.GetGraphId && gd->graph) C.GetGraphId(gd->graph, &r.graphID);
+    if (cbid == SPC_CBID_RESOURCE_GRAPHNODE_CLONED) {
+        r.op = SPW_GRAPH_NODE_CLONED;
+        if (gd->originalNode) C.GetGraphNodeId(gd->originalNode, &r.originalNodeID);
+    } else {
+        r.op = SPW_GRAPH_NODE_CREATED;
+    }
+    r.correlationID = t_corr;
+    r.cbid = t_cbid;
+    r.nodeType = gd->nodeType;
+    r.tid = my_tid();
+    gn_append(&r);
+}
+
+/* CUPTI asks for a buffer (any thread). Never blocks: a pooled buffer, a new one while under the
+ * cap, or none — CUPTI then drops records and counts them (cuptiActivityGetNumDroppedRecords). */
+static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *buffer = NULL;
+    *size = 0;
+    *max_records = 0;
+    if (!atomic_load(&g_collecting) || atomic_load(&g_forked)) {
+        atomic_fetch_add(&st.buffers_refused, 1);
+        return;
+    }
+    uint8_t *b = NULL;
+    int grow = 0;
+    pthread_mutex_lock(&bq.mu);
+    if (bq.nfree > 0)
+        b = bq.free[--bq.nfree];
+    else if (bq.nalloc < cfg.max_bufs) {
+        bq.nalloc++;
+        grow = 1;
+    }
+    pthread_mutex_unlock(&bq.mu);
+    if (grow) {
+        b = aligned_alloc(8, cfg.buf_size);
+        if (!b) {
+            pthread_mutex_lock(&bq.mu);
+            bq.nalloc--;
+            pthread_mutex_unlock(&bq.mu);
+            LOG_ONCE(L_ALLOC, "cannot allocate a %zu-byte activity buffer; records will be dropped", cfg.buf_size);
+        }
+    }
+    if (!b) {
+        atomic_fetch_add(&st.buffers_refused, 1);
+        return;
+    }
+    *buffer = b;
+    *size = cfg.buf_size;
+}
+
+static void buffer_free(uint8_t *b) {
+    pthread_mutex_lock(&bq.mu);
+    if (bq.nfree < MAX_BUFS_LIMIT) {
+        bq.free[bq.nfree++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&bq.mu);
+    free(b);
+}
+
+/* CUPTI hands a buffer back (its worker thread, or the thread that flushes): queue it. */
+static void buffer_completed(spc_cucontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+    (void)size;
+    size_t dropped = 0;
+    if (C.ActivityGetNumDroppedRecords(ctx, stream, &dropped) == SPC_SUCCESS && dropped)
+        atomic_fetch_add(&st.dropped_cupti, dropped);
+    atomic_fetch_add(&st.buffers_completed, 1);
+    if (!buffer) return;
+    pthread_mutex_lock(&bq.mu);
+    if (bq.dn < MAX_BUFS_LIMIT) {
+        bq.done[(bq.dhead + bq.dn) % MAX_BUFS_LIMIT] = (struct done_buf){buffer, valid};
+        bq.dn++;
+        buffer = NULL;
+    }
+    pthread_mutex_unlock(&bq.mu);
+    if (buffer) free(buffer); /* cannot happen: at most max_bufs buffers exist */
+    wake_sender();
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Enabling and disabling collection (on connect / disconnect)                                */
+
+static const struct {
+    uint32_t type_bit;
+    uint32_t kind;
+    const char *name;
+} kind_map[] = {
+    {K_KERNEL, SPC_KIND_CONCURRENT_KERNEL, "CONCURRENT_KERNEL"},
+    {K_MEMCPY, SPC_KIND_MEMCPY, "MEMCPY"},
+    {K_MEMSET, SPC_KIND_MEMSET, "MEMSET"},
+    {K_API, SPC_KIND_DRIVER, "DRIVER"},
+    {K_SYNC, SPC_KIND_SYNCHRONIZATION, "SYNCHRONIZATION"},
+    {K_OVERHEAD, SPC_KIND_OVERHEAD, "OVERHEAD"},
+};
+static uint32_t g_enabled_types; /* record-type bits actually enabled (sender/init only) */
+
+static const char *result_str(spc_result r) {
+    const char *s = NULL;
+    if (C.GetResultString && C.GetResultString(r, &s) == SPC_SUCCESS && s) return s;
+    return "unknown CUPTI error";
+}
+
+static void set_driver_callbacks(uint32_t on) {
+    for (size_t i = 0; i < sizeof tracked_cbids / sizeof tracked_cbids[0]; i++)
+        (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, tracked_cbids[i]);
+}
+
+static void enable_collection(void) {
+    atomic_store(&g_collecting, 1);
+    g_enabled_types = 0;
+    for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
+        if (!(cfg.kinds & kind_map[i].type_bit)) continue;
+        spc_result r = C.ActivityEnable(kind_map[i].kind);
+        if (r == SPC_SUCCESS)
+            g_enabled_types |= kind_map[i].type_bit;
+        else
+            LOG_ONCE(L_ENABLE, "cuptiActivityEnable(%s): %s; that kind is not collected", kind_map[i].name,
+                     result_str(r));
+    }
+    set_driver_callbacks(1);
+}
+
+static void disable_collection(void) {
+    atomic_store(&g_collecting, 0);
+    set_driver_callbacks(0);
+    for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++)
+        if (g_enabled_types & kind_map[i].type_bit) (void)C.ActivityDisable(kind_map[i].kind);
+    g_enabled_types = 0;
+}
+
+/* Offset mode: CUPTI time minus CLOCK_MONOTONIC, from the tightest of a few brackets. */
+static void measure_offset(void) {
+    if (!C.GetTimestamp) return;
+    uint64_t best = UINT64_MAX;
+    int64_t off = atomic_load(&g_offset);
+    for (int i = 0; i < 5; i++) {
+        uint64_t c = 0, t0 = mono_ns();
+        if (C.GetTimestamp(&c) != SPC_SUCCESS) return;
+        uint64_t t1 = mono_ns();
+        if (t1 - t0 < best) {
+            best = t1 - t0;
+            off = (int64_t)(c - (t0 + (t1 - t0) / 2));
+        }
+    }
+    atomic_store(&g_offset, off);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sender: output buffer                                                                      */
+
+static struct {
+    uint8_t *b;
+    size_t head;   /* sent up to */
+    size_t tail;   /* written up to */
+    size_t cursor; /* first record not yet counted as delivered */
+    int fd;
+    int congested; /* the agent stopped reading: drop until a send makes progress */
+    int hello_pending;
+    uint32_t epoch;
+    unsigned gn_cursor;
+    int driver_version;
+} S = {.fd = -1};
+
+static int is_data_record(uint16_t type) { return type != SPW_HELLO && type != SPW_STATS; }
+
+/* Counts the records between from and to (record boundaries) whose bytes are all in [from,to). */
+static uint64_t count_records(size_t *from, size_t to) {
+    uint64_t n = 0;
+    while (*from + sizeof(struct spw_header) <= to) {
+        struct spw_header h;
+        memcpy(&h, S.b + *from, sizeof h);
+        if (*from + h.len > to) break;
+        if (is_data_record(h.type)) n++;
+        *from += h.len;
+    }
+    return n;
+}
+
+static void disconnect(const char *why);
+
+/* Writes what it can without blocking. Returns -1 when the connection broke. */
+static int out_send(void) {
+    while (S.fd >= 0 && S.head < S.tail) {
+        ssize_t n = send(S.fd, S.b + S.head, S.tail - S.head, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            S.head += (size_t)n;
+            S.congested = 0;
+            atomic_fetch_add(&st.bytes_sent, (unsigned long long)n);
+            atomic_fetch_add(&st.delivered, count_records(&S.cursor, S.head));
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        disconnect(n == 0 ? "connection closed" : strerror(errno));
+        return -1;
+    }
+    if (S.head == S.tail) S.head = S.tail = S.cursor = 0;
+    return 0;
+}
+
+/* Room for n more bytes at S.tail, or NULL (counted by the caller as backpressure). Waits at most
+ * CONGESTION_WAIT_MS once per congestion episode: a briefly slow agent loses nothing, a stuck one
+ * costs the sender (never the application) one short wait. */
+static uint8_t *out_reserve(size_t n) {
+    if (S.fd < 0) return NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (cfg.out_cap - S.tail >= n) return S.b + S.tail;
+        if (S.cursor > 0) { /* compact, keeping the partly sent record for the delivery count */
+            memmove(S.b, S.b + S.cursor, S.tail - S.cursor);
+            S.tail -= S.cursor;
+            S.head -= S.cursor;
+            S.cursor = 0;
+            if (cfg.out_cap - S.tail >= n) return S.b + S.tail;
+        }
+        if (out_send() < 0) return NULL;
+        if (cfg.out_cap - S.tail >= n || S.head > 0) continue;
+        if (S.congested) return NULL;
+        struct pollfd p = {.fd = S.fd, .events = POLLOUT};
+        if (poll(&p, 1, CONGESTION_WAIT_MS) <= 0) {
+            S.congested = 1;
+            return NULL;
+        }
+        if (out_send() < 0) return NULL;
+    }
+    return NULL;
+}
+
+/* Appends one record (header + payload + extra bytes, zero-padded to 8). */
+static int out_record(uint16_t type, uint16_t flags, const void *payload, size_t plen, const void *extra,
+                      size_t elen) {
+    size_t len = (sizeof(struct spw_header) + plen + elen + 7) & ~(size_t)7;
+    uint8_t *p = out_reserve(len);
+    if (!p) return -1;
+    struct spw_header h = {.len = (uint32_t)len, .type = type, .flags = flags};
+    memcpy(p, &h, sizeof h);
+    memcpy(p + sizeof h, payload, plen);
+    if (elen) memcpy(p + sizeof h + plen, extra, elen);
+    size_t used = sizeof h + plen + elen;
+    memset(p + used, 0, len - used);
+    S.tail += len;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sender: kernel names, interned per process, sent once per connection                       */
+
+struct name_ent {
+    char *s;
+    uint32_t len, id, epoch; /* epoch: the connection it was last sent on */
+    uint64_t hash;
+};
+static struct {
+    struct name_ent *t;
+    uint32_t cap, n;
+    const char *cache_ptr[1024];
+    uint32_t cache_slot[1024];
+} N;
+#define NAMES_MAX (1u << 20)
+
+static uint64_t name_hash(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+/* Returns the table slot of name s (inserted when new), or UINT32_MAX when the table is full. */
+static uint32_t name_slot(const char *s) {
+    size_t ci = ((uintptr_t)s >> 3) & 1023;
+    if (N.cache_ptr[ci] == s && N.t && !strcmp(N.t[N.cache_slot[ci]].s, s)) return N.cache_slot[ci];
+    size_t len = strnlen(s, SPW_MAX_NAME);
+    uint64_t h = name_hash(s, len);
+    if (N.n * 2 >= N.cap) {
+        if (N.n >= NAMES_MAX) return UINT32_MAX;
+        uint32_t nc = N.cap ? N.cap * 2 : 1024;
+        struct name_ent *nt = calloc(nc, sizeof *nt);
+        if (!nt) return UINT32_MAX;
+        for (uint32_t i = 0; i < N.cap; i++) {
+            if (!N.t[i].s) continue;
+            uint32_t j = (uint32_t)(N.t[i].hash & (nc - 1));
+            while (nt[j].s) j = (j + 1) & (nc - 1);
+            nt[j] = N.t[i];
+        }
+        free(N.t);
+        N.t = nt;
+        N.cap = nc;
+        memset(N.cache_ptr, 0, sizeof N.cache_ptr);
+    }
+    uint32_t j = (uint32_t)(h & (N.cap - 1));
+    for (; N.t[j].s; j = (j + 1) & (N.cap - 1))
+        if (N.t[j].hash == h && N.t[j].len == len && !memcmp(N.t[j].s, s, len)) goto found;
+    char *copy = malloc(len + 1);
+    if (!copy) return UINT32_MAX;
+    memcpy(copy, s, len);
+    copy[len] = 0;
+    N.t[j] = (struct name_ent){.s = copy, .len = (uint32_t)len, .id = ++N.n, .epoch = 0, .hash = h};
+found:
+    N.cache_ptr[ci] = s;
+    N.cache_slot[ci] = j;
+    return j;
+}
+
+/* Name id for a kernel record, sending the NAME record first on this connection. 0: unknown. */
+static int name_id(const char *s, uint32_t *id) {
+    *id = 0;
+    if (!s) return 0;
+    uint32_t j = name_slot(s);
+    if (j == UINT32_MAX) {
+        atomic_fetch_add(&st.names_dropped, 1);
+        return 0;
+    }
+    struct name_ent *e = &N.t[j];
+    if (e->epoch != S.epoch) {
+        struct spw_name nh = {.id = e->id, .len = e->len};
+        if (out_record(SPW_NAME, 0, &nh, sizeof nh, e->s, e->len) < 0) return -1;
+        e->epoch = S.epoch;
+    }
+    *id = e->id;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sender: CUPTI record -> wire record                                                        */
+
+static uint64_t ts(uint64_t t) {
+    if (!t || g_clock == SPW_CLOCK_CALLBACK) return t;
+    return t - (uint64_t)atomic_load_explicit(&g_offset, memory_order_relaxed);
+}
+
+static void layout_mismatch(uint32_t kind, size_t size, size_t need) {
+    LOG_ONCE(L_LAYOUT,
+             "CUPTI %u: a kind-%u activity record is %zu bytes, fewer than the %zu this library reads; "
+             "collection disabled (unsupported record layout)",
+             g_cupti_version, kind, size, need);
+    atomic_store(&g_active, 0);
+}
+
+/* Converts one record of `size` bytes (distance to the next record, or to the end of the valid
+ * data for the last one). Returns -1 when the output is full (the record is dropped). */
+static int convert(const struct spc_activity *a, size_t size) {
+    switch (a->kind) {
+    case SPC_KIND_CONCURRENT_KERNEL: {
+        if (size < sizeof(struct spc_kernel_prefix)) {
+            layout_mismatch(a->kind, size, sizeof(struct spc_kernel_prefix));
+            return 0;
+        }
+        const struct spc_kernel_prefix *k = (const void *)a;
+        struct spw_kernel w = {
+            .start = ts(k->start),
+            .end = ts(k->end),
+            .graphNodeID = k->graphNodeId,
+            .graphID = k->graphId,
+            .device = k->deviceId,
+            .context = k->contextId,
+            .stream = k->streamId,
+            .correlationID = k->correlationId,
+            .grid = {(uint32_t)k->gridX, (uint32_t)k->gridY, (uint32_t)k->gridZ},
+            .block = {(uint32_t)k->blockX, (uint32_t)k->blockY, (uint32_t)k->blockZ},
+            .registers = k->registersPerThread,
+            .staticShared = (uint32_t)k->staticSharedMemory,
+            .dynamicShared = (uint32_t)k->dynamicSharedMemory,
+        };
+        if (name_id(k->name, &w.nameID) < 0) return -1;
+        return out_record(SPW_KERNEL, 0, &w, sizeof w, NULL, 0);
+    }
+    case SPC_KIND_MEMCPY: {
+        if (size < sizeof(struct spc_memcpy_prefix)) {
+            layout_mismatch(a->kind, size, sizeof(struct spc_memcpy_prefix));
+            return 0;
+        }
+        const struct spc_memcpy_prefix *m = (const void *)a;
+        struct spw_memcpy w = {.start = ts(m->start),
+                               .end = ts(m->end),
+                               .bytes = m->bytes,
+                               .graphNodeID = m->graphNodeId,
+                               .graphID = m->graphId,
+                               .device = m->deviceId,
+                               .context = m->contextId,
+                               .stream = m->streamId,
+                               .correlationID = m->correlationId,
+                               .copyKind = m->copyKind,
+                               .srcKind = m->srcKind,
+                               .dstKind = m->dstKind,
+                               .flags = m->flags};
+        return out_record(SPW_MEMCPY, 0, &w, sizeof w, NULL, 0);
+    }
+    case SPC_KIND_MEMSET: {
+        if (size < sizeof(struct spc_memset_prefix)) {
+            layout_mismatch(a->kind, size, sizeof(struct spc_memset_prefix));
+            return 0;
+        }
+        const struct spc_memset_prefix *m = (const void *)a;
+        struct spw_memset w = {.start = ts(m->start),
+                               .end = ts(m->end),
+                               .bytes = m->bytes,
+                               .graphNodeID = m->graphNodeId,
+                               .graphID = m->graphId,
+                               .device = m->deviceId,
+                               .context = m->contextId,
+                               .stream = m->streamId,
+                               .correlationID = m->correlationId,
+                               .value = m->value,
+                               .memoryKind = m->memoryKind,
+                               .flags = m->flags};
+        return out_record(SPW_MEMSET, 0, &w, sizeof w, NULL, 0);
+    }
+    case SPC_KIND_DRIVER: {
+        if (size < sizeof(struct spc_api)) {
+            layout_mismatch(a->kind, size, sizeof(struct spc_api));
+            return 0;
+        }
+        const struct spc_api *r = (const void *)a;
+        struct spw_api w = {.start = ts(r->start),
+                            .end = ts(r->end),
+                            .cbid = r->cbid,
+                            .pid = r->processId,
+                            .tid = r->threadId,
+                            .correlationID = r->correlationId,
+                            .result = r->returnValue,
+                            .domain = SPW_DOMAIN_DRIVER};
+        return out_record(SPW_API, 0, &w, sizeof w, NULL, 0);
+    }
+    case SPC_KIND_SYNCHRONIZATION: {
+        if (size < sizeof(struct spc_sync_prefix)) {
+            layout_mismatch(a->kind, size, sizeof(struct spc_sync_prefix));
+            return 0;
+        }
+        const struct spc_sync_prefix *s = (const void *)a;
+        struct spw_sync w = {.start = ts(s->start),
+                             .end = ts(s->end),
+                             .kind = s->type,
+                             .context = s->contextId,
+                             .stream = s->streamId,
+                             .event = s->cudaEventId,
+                             .correlationID = s->correlationId};
+        return out_record(SPW_SYNC, 0, &w, sizeof w, NULL, 0);
+    }
+    case SPC_KIND_OVERHEAD: {
+        if (size < sizeof(struct spc_overhead_prefix)) {
+            layout_mismatch(a->kind, size, sizeof(struct spc_overhead_prefix));
+            return 0;
+        }
+        const struct spc_overhead_prefix *o = (const void *)a;
+        struct spw_overhead w = {.start = ts(o->start),
+                                 .end = ts(o->end),
+                                 .kind = o->overheadKind,
+                                 .objectKind = o->objectKind,
+                                 .objectID = {o->objectId[0], o->objectId[1], o->objectId[2]}};
+        return out_record(SPW_OVERHEAD, 0, &w, sizeof w, NULL, 0);
+    }
+    default:
+        atomic_fetch_add(&st.unknown, 1);
+        return 0;
+    }
+}
+
+/* Converts (or, without an agent, counts) every record of one completed buffer. */
+static void process_buffer(uint8_t *buf, size_t valid) {
+    struct spc_activity *rec = NULL;
+    spc_result r = C.ActivityGetNextRecord(buf, valid, &rec);
+    uint64_t dropped = 0;
+    int full = 0;
+    while (r == SPC_SUCCESS && rec) {
+        struct spc_activity *cur = rec;
+        r = C.ActivityGetNextRecord(buf, valid, &rec);
+        size_t size = (r == SPC_SUCCESS && rec) ? (size_t)((uint8_t *)rec - (uint8_t *)cur)
+                                                : (size_t)(buf + valid - (uint8_t *)cur);
+        if (!atomic_load(&g_active)) {
+            dropped++;
+            continue;
+        }
+        if (S.fd < 0 || S.hello_pending) {
+            atomic_fetch_add(&st.dropped_no_agent, 1);
+            continue;
+        }
+        if (full || convert(cur, size) < 0) {
+            full = 1;
+            atomic_fetch_add(&st.dropped_backpressure, 1);
+        }
+    }
+    if (dropped) atomic_fetch_add(&st.dropped_no_agent, dropped);
+    if (r != SPC_SUCCESS && r != SPC_ERROR_MAX_LIMIT_REACHED)
+        LOG_ONCE(L_GETNEXT, "cuptiActivityGetNextRecord: %s; rest of a buffer skipped", result_str(r));
+    buffer_free(buf);
+}
+
+static int drain_buffers(void) {
+    int n = 0;
+    for (;;) {
+        struct done_buf d;
+        pthread_mutex_lock(&bq.mu);
+        if (bq.dn == 0) {
+            pthread_mutex_unlock(&bq.mu);
+            return n;
+        }
+        d = bq.done[bq.dhead];
+        bq.dhead = (bq.dhead + 1) % MAX_BUFS_LIMIT;
+        bq.dn--;
+        pthread_mutex_unlock(&bq.mu);
+        process_buffer(d.buf, d.valid);
+        n++;
+    }
+}
+
+static void send_graph_nodes(void) {
+    if (!g_gn || S.fd < 0 || S.hello_pending) return;
+    unsigned n = atomic_load(&g_gn_n);
+    if (n > cfg.graph_cap) n = cfg.graph_cap;
+    while (S.gn_cursor < n && atomic_load_explicit(&g_gn[S.gn_cursor].ready, memory_order_acquire)) {
+        if (out_record(SPW_GRAPH_NODE, 0, &g_gn[S.gn_cursor].rec, sizeof(struct spw_graph_node), NULL, 0) < 0)
+            return; /* retried on the next round */
+        S.gn_cursor++;
+    }
+}
+
+static void send_stats(uint16_t flags) {
+    struct spw_stats w = {
+        .recordsDelivered = atomic_load(&st.delivered),
+        .droppedCUPTI = atomic_load(&st.dropped_cupti),
+        .droppedNoAgent = atomic_load(&st.dropped_no_agent),
+        .droppedBackpressure = atomic_load(&st.dropped_backpressure),
+        .droppedDisconnect = atomic_load(&st.dropped_disconnect),
+        .droppedGraphNodes = atomic_load(&st.dropped_graph),
+        .buffersCompleted = atomic_load(&st.buffers_completed),
+        .buffersRefused = atomic_load(&st.buffers_refused),
+        .bytesSent = atomic_load(&st.bytes_sent),
+        .recordsUnknown = atomic_load(&st.unknown),
+        .connects = atomic_load(&st.connects),
+        .namesDropped = atomic_load(&st.names_dropped),
+    };
+    (void)out_record(SPW_STATS, flags, &w, sizeof w, NULL, 0);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sender: connection                                                                         */
+
+/* Connects without blocking (a unix socket connects or fails at once). 0 on success. */
+static int try_connect(void) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    memcpy(a.sun_path, cfg.socket_path, strlen(cfg.socket_path));
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    S.fd = fd;
+    S.head = S.tail = S.cursor = 0;
+    S.congested = 0;
+    S.hello_pending = 1;
+    S.epoch++;
+    S.gn_cursor = 0;
+    atomic_fetch_add(&st.connects, 1);
+    if (g_clock == SPW_CLOCK_OFFSET) measure_offset();
+    enable_collection();
+    return 0;
+}
+
+static void send_hello(void) {
+    if (!S.driver_version) {
+        /* libcuda may be loaded RTLD_LOCAL (torch, cudart): fall back to its own handle. */
+        int (*get)(int *) = (int (*)(int *))dlsym(RTLD_DEFAULT, "cuDriverGetVersion");
+        void *cuda = get ? NULL : dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        if (cuda) get = (int (*)(int *))dlsym(cuda, "cuDriverGetVersion");
+        if (!get || get(&S.driver_version) != 0) S.driver_version = -1;
+        if (cuda) dlclose(cuda); /* NOLOAD handle: only drops the reference it took */
+    }
+    struct spw_hello h = {
+        .wireVersion = SPW_WIRE_VERSION,
+        .pid = (uint32_t)getpid(),
+        .cuptiVersion = g_cupti_version,
+        .driverVersion = S.driver_version > 0 ? S.driver_version : 0,
+        .clockSource = (uint32_t)g_clock,
+        .types = g_enabled_types | (1u << SPW_HELLO) | (1u << SPW_STATS) | (1u << SPW_NAME) |
+                 (1u << SPW_GRAPH_NODE),
+        .clockOffset = g_clock == SPW_CLOCK_OFFSET ? atomic_load(&g_offset) : 0,
+        .connectTime = mono_ns(),
+    };
+    memcpy(h.magic, SPW_MAGIC, sizeof h.magic);
+    S.hello_pending = 0;
+    if (out_record(SPW_HELLO, 0, &h, sizeof h, NULL, 0) < 0) disconnect("cannot queue HELLO");
+    DEBUG("connected to %s (connection %u)", cfg.socket_path, S.epoch);
+}
+
+static void disconnect(const char *why) {
+    if (S.fd < 0) return;
+    DEBUG("agent connection lost (%s); collection off until it comes back", why);
+    close(S.fd);
+    S.fd = -1;
+    atomic_fetch_add(&st.dropped_disconnect, count_records(&S.cursor, S.tail));
+    S.head = S.tail = S.cursor = 0;
+    if (atomic_load(&g_shutdown) || atomic_load(&g_exit_req)) return; /* no CUPTI calls while exiting */
+    disable_collection();
+    /* Take back every buffer CUPTI holds; its records are counted as dropped (no agent). */
+    (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
+    drain_buffers();
+}
+
+/* Reads the agent's commands. Returns 1 when it asked for a flush. */
+static int read_commands(void) {
+    int flush = 0;
+    char b[64];
+    for (;;) {
+        ssize_t n = recv(S.fd, b, sizeof b, MSG_DONTWAIT);
+        if (n > 0) {
+            for (ssize_t i = 0; i < n; i++)
+                if (b[i] == SPW_CMD_FLUSH) flush = 1;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        disconnect(n == 0 ? "closed by the agent" : strerror(errno));
+        break;
+    }
+    return flush;
+}
+
+/* Writes until everything is sent, the connection breaks or the deadline passes. */
+static void send_until(uint64_t deadline) {
+    while (S.fd >= 0 && S.head < S.tail) {
+        uint64_t now = mono_ns();
+        if (now >= deadline) break;
+        struct pollfd p = {.fd = S.fd, .events = POLLOUT};
+        int ms = (int)((deadline - now) / 1000000ull) + 1;
+        if (poll(&p, 1, ms) <= 0) break;
+        if (out_send() < 0) break;
+    }
+}
+
+static void sender_exit_flush(void) {
+    /* atexit already forced CUPTI's flush; deliver what came back within the deadline, then the
+     * final counters (exact when everything before them went out). */
+    drain_buffers();
+    send_graph_nodes();
+    send_until(g_exit_deadline - 10000000ull);
+    if (S.fd >= 0 && !S.hello_pending) send_stats(SPW_FLAG_FINAL);
+    send_until(g_exit_deadline);
+}
+
+static void *sender_main(void *arg) {
+    (void)arg;
+    uint64_t now = mono_ns(), next_retry = now + cfg.retry_ns, next_flush = now + cfg.flush_ns,
+             next_stats = now + STATS_PERIOD_NS;
+    for (;;) {
+        if (atomic_load(&g_exit_req)) {
+            if (atomic_load(&g_active)) sender_exit_flush();
+            pthread_mutex_lock(&exit_mu);
+            g_exit_done = 1;
+            pthread_cond_broadcast(&exit_cv);
+            pthread_mutex_unlock(&exit_mu);
+            return NULL;
+        }
+        now = mono_ns();
+        if (!atomic_load(&g_active)) { /* switched off (layout mismatch): drain and idle */
+            if (S.fd >= 0) disconnect("collection disabled");
+            drain_buffers();
+            next_retry = UINT64_MAX;
+        } else if (S.fd < 0 && now >= next_retry) {
+            if (try_connect() == 0) {
+                next_flush = now + cfg.flush_ns;
+                next_stats = now + STATS_PERIOD_NS;
+            }
+            next_retry = now + cfg.retry_ns;
+        }
+        if (S.fd >= 0 && S.hello_pending) send_hello();
+
+        int flush_req = 0;
+        if (S.fd >= 0) {
+            if (now >= next_flush) {
+                (void)C.ActivityFlushAll(0); /* completed records only: safe at any time */
+                next_flush = now + cfg.flush_ns;
+            }
+            drain_buffers();
+            send_graph_nodes();
+            if (now >= next_stats) {
+                if (g_clock == SPW_CLOCK_OFFSET) measure_offset();
+                send_stats(0);
+                next_stats = now + STATS_PERIOD_NS;
+            }
+            (void)out_send();
+        } else {
+            drain_buffers();
+        }
+
+        /* Sleep until the next deadline, a completed buffer, a command or writability. */
+        uint64_t until = S.fd >= 0 ? (next_flush < next_stats ? next_flush : next_stats) : next_retry;
+        now = mono_ns();
+        int ms = until == UINT64_MAX ? 1000 : until > now ? (int)((until - now + 999999) / 1000000) : 0;
+        if (ms > 1000) ms = 1000;
+        struct pollfd p[2] = {{.fd = g_efd, .events = POLLIN}, {.fd = S.fd, .events = POLLIN}};
+        if (S.fd >= 0 && S.head < S.tail && !S.congested) p[1].events |= POLLOUT;
+        atomic_store(&g_sender_waiting, 1);
+        int pr = 0;
+        pthread_mutex_lock(&bq.mu);
+        int pending = bq.dn;
+        pthread_mutex_unlock(&bq.mu);
+        if (!pending && !atomic_load(&g_exit_req)) pr = poll(p, S.fd >= 0 ? 2 : 1, ms);
+        atomic_store(&g_sender_waiting, 0);
+        if (pr > 0 && (p[0].revents & POLLIN)) {
+            uint64_t v;
+            ssize_t r = read(g_efd, &v, sizeof v);
+            (void)r;
+        }
+        if (pr > 0 && S.fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) flush_req = read_commands();
+        if (pr > 0 && S.fd >= 0 && (p[1].revents & POLLOUT)) S.congested = 0;
+        if (flush_req && S.fd >= 0) {
+            (void)C.ActivityFlushAll(0);
+            drain_buffers();
+            send_graph_nodes();
+            send_stats(SPW_FLAG_FLUSH_ACK);
+            (void)out_send();
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Exit and fork                                                                              */
+
+static void at_exit(void) {
+    if (!atomic_load(&g_active) || atomic_load(&g_forked)) return;
+    if (atomic_load(&g_collecting)) (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
+    pthread_mutex_lock(&exit_mu);
+    g_exit_deadline = mono_ns() + EXIT_BUDGET_NS;
+    atomic_store(&g_exit_req, 1);
+    uint64_t one = 1;
+    ssize_t w = write(g_efd, &one, sizeof one);
+    (void)w;
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_nsec += (long)(EXIT_BUDGET_NS + 20000000ull); /* the sender's budget plus a margin */
+    dl.tv_sec += dl.tv_nsec / 1000000000L;
+    dl.tv_nsec %= 1000000000L;
+    while (!g_exit_done)
+        if (pthread_cond_timedwait(&exit_cv, &exit_mu, &dl) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&exit_mu);
+    atomic_store(&g_shutdown, 1);
+}
+
+static void fork_prepare(void) { pthread_mutex_lock(&bq.mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&bq.mu); }
+static void fork_child(void) {
+    /* The sender thread does not exist here and CUDA cannot be used from a forked child: off. */
+    pthread_mutex_unlock(&bq.mu);
+    atomic_store(&g_forked, 1);
+    atomic_store(&g_collecting, 0);
+    if (S.fd >= 0) close(S.fd); /* the parent's connection: never write to it from here */
+    S.fd = -1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Loading CUPTI                                                                              */
+
+static void *try_open(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h && !dlsym(h, "cuptiGetVersion")) {
+        dlclose(h);
+        return NULL;
+    }
+    return h;
+}
+
+/* Tries every file matching pattern, highest name first (libcupti.so.13 before .so.12). */
+static void *try_glob(const char *pattern, char *found, size_t fsz) {
+    glob_t g;
+    void *h = NULL;
+    if (glob(pattern, 0, NULL, &g) != 0) return NULL;
+    for (size_t i = g.gl_pathc; i-- > 0 && !h;) {
+        h = try_open(g.gl_pathv[i]);
+        if (h) snprintf(found, fsz, "%s", g.gl_pathv[i]);
+    }
+    globfree(&g);
+    return h;
+}
+
+/* A libcupti the process already mapped (e.g. torch's), so one process never holds two. */
+static void *try_mapped(char *found, size_t fsz) {
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f) return NULL;
+    char line[4096];
+    void *h = NULL;
+    while (!h && fgets(line, sizeof line, f)) {
+        char *p = strchr(line, '/');
+        if (!p || !strstr(p, "/libcupti.so")) continue;
+        p[strcspn(p, "\n")] = 0;
+        h = try_open(p);
+        if (h) snprintf(found, fsz, "%s", p);
+    }
+    fclose(f);
+    return h;
+}
+
+/* site-packages directories: from the process's own maps (libpython, torch, any wheel), then
+ * the usual system and /opt virtualenv places. */
+static void *try_python(char *found, size_t fsz) {
+    static const char *subdirs[] = {"nvidia/cuda_cupti/lib", "nvidia/cu13/lib", "nvidia/cu12/lib"};
+    char dirs[16][512];
+    int nd = 0;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (f) {
+        char line[4096];
+        while (nd < 12 && fgets(line, sizeof line, f)) {
+            char *p = strchr(line, '/');
+            if (!p) continue;
+            p[strcspn(p, "\n")] = 0;
+            char *sp = strstr(p, "/site-packages/");
+            if (!sp) sp = strstr(p, "/dist-packages/");
+            char d[512];
+            if (sp) {
+                snprintf(d, sizeof d, "%.*s", (int)(sp - p + 14), p);
+            } else if ((sp = strstr(p, "/libpython3."))) {
+                /* <prefix>/lib/libpython3.X.so -> <prefix>/lib/python3.X/site-packages */
+                int minor = atoi(sp + 12);
+                snprintf(d, sizeof d, "%.*s/python3.%d/site-packages", (int)(sp - p), p, minor);
+            } else {
+                continue;
+            }
+            int dup = 0;
+            for (int i = 0; i < nd; i++) dup |= !strcmp(dirs[i], d);
+            if (!dup) snprintf(dirs[nd++], sizeof dirs[0], "%s", d);
+        }
+        fclose(f);
+    }
+    for (int i = 0; i < nd; i++)
+        for (size_t s = 0; s < sizeof subdirs / sizeof subdirs[0]; s++) {
+            char pat[700];
+            snprintf(pat, sizeof pat, "%s/%s/libcupti.so*", dirs[i], subdirs[s]);
+            void *h = try_glob(pat, found, fsz);
+            if (h) return h;
+        }
+    static const char *globs[] = {"/usr/lib/python3*/site-packages", "/usr/local/lib/python3*/site-packages",
+                                  "/usr/lib/python3/dist-packages", "/usr/local/lib/python3*/dist-packages",
+                                  "/opt/*/.venv/lib/python3*/site-packages"};
+    for (size_t g = 0; g < sizeof globs / sizeof globs[0]; g++)
+        for (size_t s = 0; s < sizeof subdirs / sizeof subdirs[0]; s++) {
+            char pat[512];
+            snprintf(pat, sizeof pat, "%s/%s/libcupti.so*", globs[g], subdirs[s]);
+            void *h = try_glob(pat, found, fsz);
+            if (h) return h;
+        }
+    return NULL;
+}
+
+static void *load_cupti(char *found, size_t fsz) {
+    void *h;
+    const char *env = getenv("SPECPROF_CUPTI_LIB");
+    if (env && *env) {
+        if ((h = try_open(env))) {
+            snprintf(found, fsz, "%s", env);
+            return h;
+        }
+        logmsg("SPECPROF_CUPTI_LIB=%s: cannot load it (%s); searching elsewhere", env, dlerror());
+    }
+    if ((h = try_mapped(found, fsz))) return h;
+    static const char *cuda[] = {"/usr/local/cuda/lib64/libcupti.so*", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so*",
+                                 "/usr/local/cuda-*/targets/x86_64-linux/lib/libcupti.so*"};
+    for (size_t i = 0; i < sizeof cuda / sizeof cuda[0]; i++)
+        if ((h = try_glob(cuda[i], found, fsz))) return h;
+    if ((h = try_python(found, fsz))) return h;
+    static const char *names[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((h = try_open(names[i]))) {
+            snprintf(found, fsz, "%s", names[i]);
+            return h;
+        }
+    return NULL;
+}
+
+static int resolve(void *h) {
+#define SYM(field, name, required)                                           \
+    do {                                                                     \
+        *(void **)&C.field = dlsym(h, name);                                 \
+        if (!C.field && (required)) {                                        \
+            LOG_ONCE(L_NOLIB, "libcupti lacks %s; collection disabled", name); \
+            return -1;                                                       \
+        }                                                                    \
+    } while (0)
+    SYM(GetVersion, "cuptiGetVersion", 1);
+    SYM(GetResultString, "cuptiGetResultString", 0);
+    SYM(Subscribe, "cuptiSubscribe", 1);
+    SYM(Unsubscribe, "cuptiUnsubscribe", 1);
+    SYM(EnableCallback, "cuptiEnableCallback", 1);
+    SYM(ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks", 1);
+    SYM(ActivityRegisterTimestampCallback, "cuptiActivityRegisterTimestampCallback", 0);
+    SYM(ActivityEnable, "cuptiActivityEnable", 1);
+    SYM(ActivityDisable, "cuptiActivityDisable", 1);
+    SYM(ActivityFlushAll, "cuptiActivityFlushAll", 1);
+    SYM(ActivityGetNextRecord, "cuptiActivityGetNextRecord", 1);
+    SYM(ActivityGetNumDroppedRecords, "cuptiActivityGetNumDroppedRecords", 1);
+    SYM(GetTimestamp, "cuptiGetTimestamp", 0);
+    SYM(GetGraphId, "cuptiGetGraphId", 0);
+    SYM(GetGraphNodeId, "cuptiGetGraphNodeId", 0);
+#undef SYM
+    return 0;
+}
+
+static int version_supported(uint32_t v) {
+    return (v >= API_MIN_12 && v <= API_MAX_12) || (v >= API_MIN_13 && v <= API_MAX_13);
+}
+
+static void init(void) {
+    if (getenv("SPECPROF_CUPTI_DISABLE") && strcmp(getenv("SPECPROF_CUPTI_DISABLE"), "0") != 0) return;
+    read_config();
+    char found[1024] = "";
+    void *h = load_cupti(found, sizeof found);
+    if (!h) {
+        LOG_ONCE(L_NOLIB,
+                 "libcupti not found (set SPECPROF_CUPTI_LIB; searched the mapped libraries, /usr/local/cuda*, "
+                 "nvidia-cuda-cupti in site-packages and the loader path); GPU activity is not collected");
+        return;
+    }
+    if (resolve(h) < 0) return;
+    spc_result r = C.GetVersion(&g_cupti_version);
+    if (r != SPC_SUCCESS) {
+        LOG_ONCE(L_VERSION, "cuptiGetVersion (%s): %s; collection disabled", found, result_str(r));
+        return;
+    }
+    if (!version_supported(g_cupti_version)) {
+        LOG_ONCE(L_VERSION,
+                 "CUPTI API version %u (%s) is not supported (supported: %u-%u = CUDA 11.8-12.9, %u-%u = "
+                 "CUDA 13.0); collection disabled rather than mis-decoding its records",
+                 g_cupti_version, found, API_MIN_12, API_MAX_12, API_MIN_13, API_MAX_13);
+        return;
+    }
+    r = C.Subscribe(&g_sub, on_callback, NULL);
+    if (r == SPC_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+        LOG_ONCE(L_BUSY,
+                 "another CUPTI client is already subscribed in this process (torch.profiler/Kineto, Nsight, "
+                 "...); specprof steps aside and collects no GPU activity here");
+        return;
+    }
+    if (r != SPC_SUCCESS) {
+        LOG_ONCE(L_SUBSCRIBE, "cuptiSubscribe: %s; collection disabled", result_str(r));
+        return;
+    }
+    /* The clock first: CUPTI applies it only to records of kinds enabled after registration. */
+    r = C.ActivityRegisterTimestampCallback ? C.ActivityRegisterTimestampCallback(timestamp_cb)
+                                            : SPC_ERROR_NOT_SUPPORTED;
+    if (r != SPC_SUCCESS) {
+        if (!C.GetTimestamp) {
+            LOG_ONCE(L_TS, "cannot align CUPTI's clock with CLOCK_MONOTONIC (no timestamp callback, no "
+                           "cuptiGetTimestamp); collection disabled");
+            C.Unsubscribe(g_sub);
+            return;
+        }
+        LOG_ONCE(L_TS, "cuptiActivityRegisterTimestampCallback: %s; converting CUPTI timestamps with a "
+                       "measured CLOCK_MONOTONIC offset instead",
+                 result_str(r));
+        g_clock = SPW_CLOCK_OFFSET;
+        measure_offset();
+    }
+    r = C.ActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != SPC_SUCCESS) {
+        LOG_ONCE(L_REGISTER, "cuptiActivityRegisterCallbacks: %s; collection disabled", result_str(r));
+        C.Unsubscribe(g_sub);
+        return;
+    }
+    /* Graph-node callbacks stay on: they are rare (capture, instantiation) and a late agent gets
+     * the whole retained mapping. */
+    if (cfg.graph_cap) { /* untouched pages cost nothing */
+        void *m = mmap(NULL, (size_t)cfg.graph_cap * sizeof(struct gn_slot), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        g_gn = m == MAP_FAILED ? NULL : m;
+    }
+    (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CREATED);
+    (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CLONED);
+    S.b = malloc(cfg.out_cap);
+    g_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!S.b || g_efd < 0) {
+        LOG_ONCE(L_ALLOC, "cannot allocate the sender's buffers; collection disabled");
+        C.Unsubscribe(g_sub);
+        return;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&exit_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_store(&g_active, 1);
+    /* An agent already listening gets everything from the first API call on. */
+    (void)try_connect();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    atexit(at_exit);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, sender_main, NULL) != 0) {
+        LOG_ONCE(L_ALLOC, "cannot start the sender thread; collection disabled");
+        if (S.fd >= 0) {
+            disable_collection();
+            close(S.fd);
+            S.fd = -1;
+        }
+        atomic_store(&g_active, 0);
+    } else {
+        pthread_setname_np(t, "specprof-cupti");
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* Called by the CUDA driver (cuInit) when CUDA_INJECTION64_PATH names this library. Always
+ * reports success: a failure here must never become the application's failure. */
+EXPORT int InitializeInjection(void) {
+    static atomic_int once;
+    if (atomic_exchange(&once, 1)) return 1;
+    init();
+    return 1;
+}
