@@ -27,6 +27,7 @@ type Probes interface {
 	ForgetCode(pid int)
 	Forget(pid int)
 	AttachLibrary(pid int, path string, lib bpf.Library) (bpf.Attached, error)
+	DetachLibraries(pid int)
 	Lost() (bpf.Lost, error)
 	SetDeadline(t time.Time)
 }
@@ -139,6 +140,17 @@ func (a *Agent) AttachRunning(pid int) error {
 		a.log.Warn("libcuda is not loaded yet; probes will be attached when the process loads it", "pid", pid)
 	}
 	return nil
+}
+
+// Detach removes pid's probes; AttachRunning puts them back.
+func (a *Agent) Detach(pid int) {
+	a.pr.DetachLibraries(pid)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p := a.procs[pid]; p != nil {
+		p.libs = map[string]bool{}
+		p.rep.Libraries = nil
+	}
 }
 
 // Run processes events until ctx is cancelled, then drains what is left.

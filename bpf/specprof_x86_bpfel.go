@@ -246,6 +246,7 @@ const (
 	specprofProgSpBeginCapture      = "sp_begin_capture"
 	specprofProgSpCtxSync           = "sp_ctx_sync"
 	specprofProgSpCtxSyncRet        = "sp_ctx_sync_ret"
+	specprofProgSpEmpty             = "sp_empty"
 	specprofProgSpEndCapture        = "sp_end_capture"
 	specprofProgSpEventRecord       = "sp_event_record"
 	specprofProgSpEventSync         = "sp_event_sync"
@@ -333,6 +334,7 @@ type specprofProgramSpecs struct {
 	SpBeginCapture      *ebpf.ProgramSpec `ebpf:"sp_begin_capture"`
 	SpCtxSync           *ebpf.ProgramSpec `ebpf:"sp_ctx_sync"`
 	SpCtxSyncRet        *ebpf.ProgramSpec `ebpf:"sp_ctx_sync_ret"`
+	SpEmpty             *ebpf.ProgramSpec `ebpf:"sp_empty"`
 	SpEndCapture        *ebpf.ProgramSpec `ebpf:"sp_end_capture"`
 	SpEventRecord       *ebpf.ProgramSpec `ebpf:"sp_event_record"`
 	SpEventSync         *ebpf.ProgramSpec `ebpf:"sp_event_sync"`
@@ -469,6 +471,7 @@ type specprofPrograms struct {
 	SpBeginCapture      *ebpf.Program `ebpf:"sp_begin_capture"`
 	SpCtxSync           *ebpf.Program `ebpf:"sp_ctx_sync"`
 	SpCtxSyncRet        *ebpf.Program `ebpf:"sp_ctx_sync_ret"`
+	SpEmpty             *ebpf.Program `ebpf:"sp_empty"`
 	SpEndCapture        *ebpf.Program `ebpf:"sp_end_capture"`
 	SpEventRecord       *ebpf.Program `ebpf:"sp_event_record"`
 	SpEventSync         *ebpf.Program `ebpf:"sp_event_sync"`
@@ -504,6 +507,7 @@ func (p *specprofPrograms) Close() error {
 		p.SpBeginCapture,
 		p.SpCtxSync,
 		p.SpCtxSyncRet,
+		p.SpEmpty,
 		p.SpEndCapture,
 		p.SpEventRecord,
 		p.SpEventSync,

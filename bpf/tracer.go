@@ -371,3 +371,31 @@ func (t *Tracer) Close() error {
 // SetDeadline makes a blocked Read return os.ErrDeadlineExceeded at t (to
 // drain the ring buffer at the end of a session).
 func (t *Tracer) SetDeadline(d time.Time) { t.rd.SetDeadline(d) }
+
+// AttachEmpty attaches a program that does nothing to symbol in the library
+// at path, for pid: the cost of the uprobe trap alone, the baseline that
+// benchmarks compare specprof's programs with. Close the link to detach.
+func (t *Tracer) AttachEmpty(pid int, path, symbol string) (link.Link, error) {
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	l, err := ex.Uprobe(symbol, t.objs.SpEmpty, &link.UprobeOptions{PID: pid})
+	if err != nil {
+		return nil, fmt.Errorf("attach empty uprobe %s in %s: %w", symbol, path, err)
+	}
+	return l, nil
+}
+
+// DetachLibraries removes pid's uprobes (the tracking and the published
+// interpreter layout stay), e.g. to measure the target without probes.
+func (t *Tracer) DetachLibraries(pid int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, ls := range t.links {
+		if k.pid == pid {
+			closeAll(ls)
+			delete(t.links, k)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package agent_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/agent/phase"
+	"github.com/specprof/specprof/agent/proc"
+	"github.com/specprof/specprof/bpf"
+	"github.com/specprof/specprof/internal/testenv"
+)
+
+// BenchmarkLaunchCost measures what specprof adds to one hooked launch, in
+// one target process, against the same loop with no probe and with an empty
+// uprobe at the same entry point, at Python depths 10, 40 and 200 between
+// the phase frame and the launch. Configurations alternate (none, empty,
+// specprof) for several rounds; medians are reported.
+//
+// SPECPROF_BENCH_BACKEND=torch and SPECPROF_BENCH_PYTHON run it on a GPU
+// host against the real libcuda through torch (bench/gpu/launch_cost.sh).
+func BenchmarkLaunchCost(b *testing.B) {
+	testenv.RequireRoot(b)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	backend := envOr("SPECPROF_BENCH_BACKEND", "sim")
+	python := envOr("SPECPROF_BENCH_PYTHON", "python3")
+	cmd := exec.Command(python, filepath.Join(root, "testdata/workloads/launch_bench.py"), "--backend", backend)
+	cmd.Env = os.Environ()
+	if backend == "sim" {
+		cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+testenv.BuildStandins(b))
+	}
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _, _ = io.WriteString(stdin, "quit\n"); _ = cmd.Wait() }()
+	rd := bufio.NewScanner(stdout)
+	var ready struct{ PID int }
+	if !rd.Scan() || json.Unmarshal(rd.Bytes(), &ready) != nil {
+		b.Fatalf("benchmark workload did not start: %q", rd.Text())
+	}
+	pid := ready.PID
+	cuda, err := proc.FindModule(pid, proc.IsCUDADriver)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	tr, err := bpf.Load()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	preset, err := phase.LoadPreset("sglang-eagle")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var phases = map[string]int{}
+	ag, err := agent.New(tr, agent.Options{Preset: preset, OnEvent: func(e *agent.Event) { phases[e.Phase]++ }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ag.Run(ctx) }()
+	stopAgent := func() { cancel(); <-done }
+
+	measure := func(depth int) float64 {
+		fmt.Fprintf(stdin, "measure %d\n", depth)
+		var res struct{ NS []float64 }
+		if !rd.Scan() || json.Unmarshal(rd.Bytes(), &res) != nil || len(res.NS) == 0 {
+			b.Fatalf("measure: %q", rd.Text())
+		}
+		return median(res.NS)
+	}
+	const rounds = 5
+	for i := 0; i < b.N; i++ {
+		for _, depth := range []int{10, 40, 200} {
+			var none, empty, full []float64
+			for r := 0; r < rounds; r++ {
+				none = append(none, measure(depth))
+
+				l, err := tr.AttachEmpty(pid, cuda.HostPath, "cuLaunchKernel")
+				if err != nil {
+					b.Fatal(err)
+				}
+				empty = append(empty, measure(depth))
+				l.Close()
+
+				if err := ag.AttachRunning(pid); err != nil {
+					b.Fatal(err)
+				}
+				full = append(full, measure(depth))
+				ag.Detach(pid)
+			}
+			n, e, f := median(none), median(empty), median(full)
+			b.ReportMetric(n, fmt.Sprintf("ns/launch-none-d%d", depth))
+			b.ReportMetric(e-n, fmt.Sprintf("ns/launch-added-empty-d%d", depth))
+			b.ReportMetric(f-n, fmt.Sprintf("ns/launch-added-specprof-d%d", depth))
+			b.ReportMetric((f-n)/(e-n), fmt.Sprintf("x-empty-d%d", depth))
+			b.Logf("depth %3d: no probe %.0f ns/launch; empty uprobe +%.0f ns; specprof +%.0f ns (%.2fx the empty probe)",
+				depth, n, e-n, f-n, (f-n)/(e-n))
+		}
+	}
+	stopAgent()
+	if phases["spec.verify"] == 0 {
+		b.Errorf("specprof attributed no launch to spec.verify: %v", phases)
+	}
+	b.Logf("launches attributed: %v", phases)
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
