@@ -35,9 +35,11 @@ type Probes interface {
 // Options configure an Agent.
 type Options struct {
 	Preset   *phase.Preset
-	Interval int           // cycles per summary window (per thread); 0 disables windows
-	OnWindow func(*Window) // called for every completed window
-	OnEvent  func(*Event)  // optional: every attributed call, in arrival order
+	Interval int                 // cycles per summary window (per thread); 0 disables windows
+	OnWindow func(*Window)       // called for every completed window
+	OnEvent  func(*Event)        // optional: every attributed call, in arrival order
+	OnKernel func(*KernelRecord) // optional: every GPU kernel record from CUPTI
+	OnAPI    func(*APIRecord)    // optional: every driver-API record from CUPTI
 	Logger   *slog.Logger
 }
 
@@ -71,6 +73,7 @@ type Agent struct {
 	roots   map[int]bool
 	exited  chan int
 	started time.Time
+	gpu     *GPUHandler
 }
 
 // New creates an Agent over the given probes.

@@ -74,6 +74,7 @@ type ProcessReport struct {
 	Problems  []string        `json:"problems,omitempty"`
 	Start     time.Time       `json:"start"`
 	ExitCode  *int            `json:"exit_code,omitempty"`
+	GPU       *GPUStats       `json:"gpu,omitempty"` // from the injected CUPTI library
 }
 
 // Loss counts everything that was dropped or could not be attributed.

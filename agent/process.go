@@ -408,6 +408,7 @@ func (p *process) report(a *Agent) *ProcessReport {
 	m := a.matcherOf(p)
 	r := *p.rep
 	r.Threads = nil
+	r.GPU = a.gpu.snapshot(p.pid)
 	order := func(id uint16) int { return a.phaseOrder(id, m) }
 	for _, t := range p.threads {
 		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs,

@@ -5,72 +5,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/specprof/specprof/internal/testenv"
 )
 
-// The library, the mock CUPTI and the stand-ins, built once per test binary.
-var (
-	buildOnce  sync.Once
-	builtLib   string
-	builtMock  string
-	buildErr   error
-	standinDir string
-)
-
 // buildInjection builds build/libspecprof_cupti.so and build/standin/libcupti.so.13 (with the
 // stand-in libcuda/libnccl) and returns (library, mock libcupti, stand-in directory).
 func buildInjection(t testing.TB) (lib, mock, standins string) {
 	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not found")
-	}
-	standins = testenv.BuildStandins(t)
-	buildOnce.Do(func() {
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		// Same lock as testenv.BuildStandins: test binaries build into build/standin concurrently.
-		lock, err := os.OpenFile(filepath.Join(standins, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-		if err != nil {
-			buildErr = err
-			return
-		}
-		defer lock.Close()
-		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-			buildErr = fmt.Errorf("locking %s: %w", lock.Name(), err)
-			return
-		}
-		defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-		for _, args := range [][]string{
-			{"-s", "-C", filepath.Join(root, "cupti", "lib"), "OUT=" + filepath.Join(root, "build")},
-			{"-s", "-C", filepath.Join(root, "testdata", "mockcupti"), "OUT=" + standins},
-		} {
-			if out, err := exec.Command("make", args...).CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("make %s: %v\n%s", strings.Join(args, " "), err, out)
-				return
-			}
-		}
-		builtLib = filepath.Join(root, "build", "libspecprof_cupti.so")
-		builtMock = filepath.Join(standins, "libcupti.so.13")
-		standinDir = standins
-	})
-	if buildErr != nil {
-		t.Fatalf("building the injection library and the mock CUPTI: %v", buildErr)
-	}
-	return builtLib, builtMock, standinDir
+	return testenv.BuildInjection(t)
 }
 
 func python(t testing.TB) string {

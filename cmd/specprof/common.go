@@ -16,6 +16,7 @@ import (
 	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/bpf"
+	"github.com/specprof/specprof/cupti"
 	"github.com/specprof/specprof/export/summary"
 )
 
@@ -34,6 +35,8 @@ type sessionFlags struct {
 	events   string
 	quiet    bool
 	verbose  bool
+	cupti    string
+	cuptiLib string
 }
 
 func (f *sessionFlags) register(c *cobra.Command) {
@@ -45,6 +48,8 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.events, "events", "", "also write every attributed call as JSON lines to this file")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no periodic tables")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "debug logging")
+	fl.StringVar(&f.cupti, "cupti", "auto", "GPU-side records through the injected CUPTI library: auto (when the library is found), on, off")
+	fl.StringVar(&f.cuptiLib, "cupti-lib", "", "path of libspecprof_cupti.so (default: next to the specprof executable)")
 }
 
 func (f *sessionFlags) loadPreset() (*phase.Preset, error) {
@@ -64,6 +69,8 @@ type session struct {
 	evFile *os.File
 	evEnc  *eventWriter
 	outDir string
+	rcv    *cupti.Receiver
+	log    *slog.Logger
 }
 
 func newSession(f *sessionFlags, out io.Writer) (*session, error) {
@@ -79,7 +86,7 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	s := &session{flags: f, out: out}
+	s := &session{flags: f, out: out, log: log}
 	s.outDir = f.outDir
 	if s.outDir == "" {
 		s.outDir = filepath.Join("specprof-out", time.Now().Format("20060102-150405"))
@@ -109,6 +116,8 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 	}
 	if s.evEnc != nil {
 		opts.OnEvent = s.evEnc.write
+		opts.OnKernel = s.evEnc.kernel
+		opts.OnAPI = s.evEnc.api
 	}
 	s.ag, err = agent.New(tr, opts)
 	if err != nil {
@@ -118,8 +127,58 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 	return s, nil
 }
 
+// startCUPTI listens for the injected library and returns the environment
+// the target needs (nil when GPU records are off).
+func (s *session) startCUPTI() ([]string, error) {
+	switch s.flags.cupti {
+	case "off":
+		return nil, nil
+	case "auto", "on":
+	default:
+		return nil, fmt.Errorf("--cupti %q: want auto, on or off", s.flags.cupti)
+	}
+	if v := os.Getenv("CUDA_INJECTION64_PATH"); v != "" {
+		s.log.Warn("CUDA_INJECTION64_PATH is already set; leaving it alone, so no GPU-side records", "path", v)
+		return nil, nil
+	}
+	lib := s.flags.cuptiLib
+	if lib == "" {
+		if exe, err := os.Executable(); err == nil {
+			lib = filepath.Join(filepath.Dir(exe), "libspecprof_cupti.so")
+		}
+	}
+	if _, err := os.Stat(lib); err != nil {
+		if s.flags.cupti == "on" {
+			return nil, fmt.Errorf("--cupti on: injection library %s: %w (build it with 'make cupti' or pass --cupti-lib)", lib, err)
+		}
+		s.log.Info("GPU-side records off: libspecprof_cupti.so not found next to specprof (make cupti, or --cupti-lib)")
+		return nil, nil
+	}
+	lib, _ = filepath.Abs(lib)
+	sock := filepath.Join("/run/specprof", fmt.Sprintf("cupti-%d.sock", os.Getpid()))
+	rcv, err := cupti.Listen(sock)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the CUPTI library: %w", err)
+	}
+	s.rcv = rcv
+	go func() {
+		if err := rcv.Serve(s.ag.GPU()); err != nil {
+			s.log.Error("CUPTI receiver", "err", err)
+		}
+	}()
+	return []string{"CUDA_INJECTION64_PATH=" + lib, "SPECPROF_SOCKET=" + sock}, nil
+}
+
 // finish writes the final report to the terminal and the output directory.
 func (s *session) finish() error {
+	if s.rcv != nil {
+		// The library flushes at the target's exit; give late connections
+		// (other processes of the tree) a moment, then stop.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.rcv.FlushWait(ctx)
+		cancel()
+		_ = s.rcv.Close()
+	}
 	s.ag.Finish()
 	r := s.ag.Report()
 	s.mu.Lock()

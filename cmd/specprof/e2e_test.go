@@ -73,7 +73,7 @@ func readEvents(t *testing.T, path string) map[int][]call {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("event line %q: %v", sc.Text(), err)
 		}
-		if e.Kind == "sync_exit" {
+		if e.Kind == "sync_exit" || e.Kind == "kernel" || e.Kind == "gpu_api" {
 			continue
 		}
 		out[e.TID] = append(out[e.TID], call{api: e.API, phase: e.Phase, ktime: e.Ktime})
@@ -121,7 +121,7 @@ func TestRunAttributesEveryCall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	std := testenv.BuildStandins(t)
+	injLib, mockCupti, std := testenv.BuildInjection(t)
 	bin := specprofBin(t)
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -135,11 +135,12 @@ func TestRunAttributesEveryCall(t *testing.T) {
 				name := fmt.Sprintf("%s/%s/depth%d", py.Name, mode, depth)
 				t.Run(name, func(t *testing.T) {
 					dir := t.TempDir()
-					args := []string{"run", "-q", "--interval", "0", "-o", dir, "--events", filepath.Join(dir, "events.jsonl"), "--",
+					args := []string{"run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib, "--events", filepath.Join(dir, "events.jsonl"), "--",
 						py.Path, workload, "--cycles", fmt.Sprint(cycles), "--mode", mode, "--stack-depth", fmt.Sprint(depth),
 						"--extra-thread", "--allreduce", "--log-interval", "8"}
 					cmd := exec.Command(bin, args...)
-					cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"))
+					cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"),
+						"SPECPROF_CUPTI_LIB="+mockCupti)
 					out, err := cmd.CombinedOutput()
 					if err != nil {
 						t.Fatalf("specprof run: %v\n%s", err, out)
@@ -163,6 +164,7 @@ func TestRunAttributesEveryCall(t *testing.T) {
 						t.Fatal(err)
 					}
 					checkReport(t, &rep, cycles)
+					checkKernels(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "events.jsonl"))
 					t.Logf("%d calls compared", n)
 				})
 			}
@@ -192,5 +194,59 @@ func checkReport(t *testing.T, rep *agent.Report, cycles int) {
 	l := rep.Loss
 	if l.RingBuf+l.Scratch+l.DecodeErrors+l.ReadErrors+l.Truncated+l.SymbolErrors+l.UnmatchedExit+l.NoThreadState != 0 {
 		t.Errorf("losses: %+v", l)
+	}
+}
+
+// checkKernels: every simulated kernel arrives exactly once through the
+// injected CUPTI library, with the simulator's start and end (same clock,
+// ns-exact) and the correlation id of the call that launched it.
+func checkKernels(t *testing.T, truthPath, eventsPath string) {
+	t.Helper()
+	recs, err := testenv.ReadTruth(truthPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		name       string
+		start, end uint64
+		corr       uint64
+	}
+	want := map[key]int{}
+	n := 0
+	for _, r := range recs {
+		if r.Kind == "kernel" {
+			want[key{r.Name, r.Start, r.End, r.Corr}]++
+			n++
+		}
+	}
+	f, err := os.Open(eventsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	got := 0
+	for sc.Scan() {
+		var k kernelLine
+		if err := json.Unmarshal(sc.Bytes(), &k); err != nil || k.Kind != "kernel" {
+			continue
+		}
+		got++
+		kk := key{k.Name, k.Start, k.End, uint64(k.Corr)}
+		if want[kk] == 0 {
+			if got < 5 {
+				t.Errorf("kernel record %+v matches no simulated kernel", k)
+			}
+			continue
+		}
+		want[kk]--
+	}
+	missing := 0
+	for _, c := range want {
+		missing += c
+	}
+	if n == 0 || got != n || missing != 0 {
+		t.Errorf("GPU kernels: simulated %d, CUPTI records %d, unmatched simulated %d", n, got, missing)
 	}
 }

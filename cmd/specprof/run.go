@@ -45,6 +45,11 @@ func runCommand(f *sessionFlags, args []string) error {
 	}
 	cmd := exec.Command(self, append([]string{gateArg, "--"}, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	env, err := s.startCUPTI()
+	if err != nil {
+		return err
+	}
+	cmd.Env = append(os.Environ(), env...)
 	cmd.ExtraFiles = []*os.File{rd}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", args[0], err)

@@ -53,6 +53,11 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 		if p.Python != "" {
 			fmt.Fprintf(w, "  python %s; libraries: %s\n", p.Python, strings.Join(p.Libraries, ", "))
 		}
+		if g := p.GPU; g != nil {
+			fmt.Fprintf(w, "  GPU (CUPTI %d): %d kernels (%d from graphs), %s ms kernel time, %d memcpy (%d bytes), %d memset, %d API records, %d graph nodes; %.0f records/s; dropped: by CUPTI %d, no agent %d, backpressure %d, disconnect %d\n",
+				g.CUPTI, g.Kernels, g.GraphKernel, ms(float64(g.KernelNs)), g.Memcpys, g.MemcpyBytes, g.Memsets, g.APIs, g.GraphNodes,
+				g.RecordsPerSecond(), g.DroppedCUPTI, g.DroppedNoAgent, g.DroppedBackpressure, g.DroppedDisconnect)
+		}
 		for _, pr := range p.Problems {
 			fmt.Fprintf(w, "  problem: %s\n", pr)
 		}

@@ -1,0 +1,171 @@
+package agent
+
+import (
+	"sync"
+
+	"github.com/specprof/specprof/cupti"
+)
+
+// GPUStats counts what the injected CUPTI library delivered for one process.
+type GPUStats struct {
+	Connections int    `json:"connections"`
+	CUPTI       uint32 `json:"cupti_version"`
+	Kernels     int64  `json:"kernels"`
+	GraphKernel int64  `json:"graph_kernels"`
+	KernelNs    int64  `json:"kernel_ns"` // sum of kernel durations (streams overlap: not busy time)
+	Memcpys     int64  `json:"memcpys"`
+	MemcpyBytes int64  `json:"memcpy_bytes"`
+	Memsets     int64  `json:"memsets"`
+	APIs        int64  `json:"api_records"`
+	Syncs       int64  `json:"syncs"`
+	GraphNodes  int64  `json:"graph_nodes"`
+	Overheads   int64  `json:"overhead_records"`
+	FirstNs     uint64 `json:"first_ns"` // CLOCK_MONOTONIC of the earliest GPU record
+	LastNs      uint64 `json:"last_ns"`
+	// Counters reported by the library itself (latest STATS record).
+	Delivered           uint64 `json:"lib_records_delivered"`
+	DroppedCUPTI        uint64 `json:"lib_dropped_by_cupti"`
+	DroppedNoAgent      uint64 `json:"lib_dropped_no_agent"`
+	DroppedBackpressure uint64 `json:"lib_dropped_backpressure"`
+	DroppedDisconnect   uint64 `json:"lib_dropped_disconnect"`
+}
+
+// RecordsPerSecond is the delivery rate over the span of the GPU records.
+func (g *GPUStats) RecordsPerSecond() float64 {
+	if g.LastNs <= g.FirstNs {
+		return 0
+	}
+	n := g.Kernels + g.Memcpys + g.Memsets + g.APIs + g.Syncs + g.GraphNodes + g.Overheads
+	return float64(n) / (float64(g.LastNs-g.FirstNs) / 1e9)
+}
+
+// KernelRecord is one GPU kernel as handed to Options.OnKernel.
+type KernelRecord struct {
+	PID           int
+	Name          string
+	Start, End    uint64
+	Stream        uint32
+	Device        uint32
+	CorrelationID uint32
+	GraphID       uint32
+	GraphNodeID   uint64
+}
+
+// APIRecord is one driver-API record from CUPTI (the CPU side of a call,
+// with the correlation id its GPU work carries), as handed to Options.OnAPI.
+type APIRecord struct {
+	PID, TID      int
+	Cbid          uint32
+	Start, End    uint64
+	CorrelationID uint32
+}
+
+// GPUHandler is the cupti.Handler that feeds CUPTI records into the agent.
+type GPUHandler struct {
+	a     *Agent
+	mu    sync.Mutex
+	stats map[int]*GPUStats
+}
+
+// GPU returns the handler for the CUPTI receiver (cupti.Receiver.Serve).
+func (a *Agent) GPU() *GPUHandler {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.gpu == nil {
+		a.gpu = &GPUHandler{a: a, stats: map[int]*GPUStats{}}
+	}
+	return a.gpu
+}
+
+func (h *GPUHandler) of(c *cupti.Conn) *GPUStats {
+	pid := int(c.Info().Pid)
+	s := h.stats[pid]
+	if s == nil {
+		s = &GPUStats{}
+		h.stats[pid] = s
+	}
+	return s
+}
+
+// Open implements cupti.Handler.
+func (h *GPUHandler) Open(c *cupti.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.of(c)
+	s.Connections++
+	s.CUPTI = c.Info().CuptiVersion
+}
+
+// Records implements cupti.Handler.
+func (h *GPUHandler) Records(c *cupti.Conn, b *cupti.Batch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.of(c)
+	span := func(start, end uint64) {
+		if start != 0 && (s.FirstNs == 0 || start < s.FirstNs) {
+			s.FirstNs = start
+		}
+		if end > s.LastNs {
+			s.LastNs = end
+		}
+	}
+	onKernel := h.a.opts.OnKernel
+	for i := range b.Kernels {
+		k := &b.Kernels[i]
+		s.Kernels++
+		if k.GraphID != 0 {
+			s.GraphKernel++
+		}
+		if k.End > k.Start {
+			s.KernelNs += int64(k.End - k.Start)
+		}
+		span(k.Start, k.End)
+		if onKernel != nil {
+			onKernel(&KernelRecord{PID: int(c.Info().Pid), Name: c.Name(k.NameID), Start: k.Start, End: k.End,
+				Stream: k.Stream, Device: k.Device, CorrelationID: k.CorrelationID, GraphID: k.GraphID, GraphNodeID: k.GraphNodeID})
+		}
+	}
+	for i := range b.Memcpys {
+		s.Memcpys++
+		s.MemcpyBytes += int64(b.Memcpys[i].Bytes)
+		span(b.Memcpys[i].Start, b.Memcpys[i].End)
+	}
+	s.Memsets += int64(len(b.Memsets))
+	s.APIs += int64(len(b.APIs))
+	if onAPI := h.a.opts.OnAPI; onAPI != nil {
+		for i := range b.APIs {
+			r := &b.APIs[i]
+			onAPI(&APIRecord{PID: int(r.Pid), TID: int(r.Tid), Cbid: r.Cbid, Start: r.Start, End: r.End, CorrelationID: r.CorrelationID})
+		}
+	}
+	s.Syncs += int64(len(b.Syncs))
+	s.GraphNodes += int64(len(b.GraphNodes))
+	s.Overheads += int64(len(b.Overheads))
+	if st := b.Stats; st != nil {
+		s.Delivered = st.RecordsDelivered
+		s.DroppedCUPTI = st.DroppedCUPTI
+		s.DroppedNoAgent = st.DroppedNoAgent
+		s.DroppedBackpressure = st.DroppedBackpressure
+		s.DroppedDisconnect = st.DroppedDisconnect
+	}
+}
+
+// Close implements cupti.Handler.
+func (h *GPUHandler) Close(c *cupti.Conn, err error) {
+	if err != nil {
+		h.a.log.Warn("CUPTI connection ended", "pid", c.Info().Pid, "err", err)
+	}
+}
+
+func (h *GPUHandler) snapshot(pid int) *GPUStats {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.stats[pid]; s != nil {
+		c := *s
+		return &c
+	}
+	return nil
+}
