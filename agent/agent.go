@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/specprof/specprof/agent/correlate"
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/agent/proc"
 	"github.com/specprof/specprof/agent/python"
@@ -40,7 +41,14 @@ type Options struct {
 	OnEvent  func(*Event)        // optional: every attributed call, in arrival order
 	OnKernel func(*KernelRecord) // optional: every GPU kernel record from CUPTI
 	OnAPI    func(*APIRecord)    // optional: every driver-API record from CUPTI
-	Logger   *slog.Logger
+	// GPUHorizon is how late CUPTI records may arrive after the launch
+	// (default 2 s); LaunchSlack how long before a CUPTI API record's start
+	// its uprobe may fire (default 500 µs: the trap and, while code objects
+	// are still being classified, the frame walk precede the driver's
+	// own entry callback).
+	GPUHorizon  time.Duration
+	LaunchSlack time.Duration
+	Logger      *slog.Logger
 }
 
 // Event is one attributed call, as handed to Options.OnEvent.
@@ -74,6 +82,7 @@ type Agent struct {
 	exited  chan int
 	started time.Time
 	gpu     *GPUHandler
+	joiner  *correlate.Joiner[correlate.Key]
 }
 
 // New creates an Agent over the given probes.
@@ -99,6 +108,12 @@ func New(pr Probes, opts Options) (*Agent, error) {
 		a.order[p] = i
 	}
 	a.rep = Report{Preset: opts.Preset.Name, Phases: a.matchers[false].Phases(), Start: time.Now()}
+	if a.opts.LaunchSlack == 0 {
+		a.opts.LaunchSlack = 500 * time.Microsecond
+	}
+	if err := a.newJoiner(); err != nil {
+		return nil, fmt.Errorf("create GPU joiner: %w", err)
+	}
 	return a, nil
 }
 
@@ -406,6 +421,7 @@ func (a *Agent) onProc(e *bpf.ProcEvent) {
 func (a *Agent) Report() *Report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.joinLoss()
 	r := a.rep
 	r.End = time.Now()
 	if l, err := a.pr.Lost(); err == nil {
@@ -429,6 +445,7 @@ func (a *Agent) Finish() {
 	for _, p := range a.procs {
 		p.closeCycles(a)
 	}
+	a.flushJoiner()
 }
 
 func (a *Agent) phaseOrder(id uint16, m *phase.Matcher) int {

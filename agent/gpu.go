@@ -98,6 +98,9 @@ func (h *GPUHandler) Open(c *cupti.Conn) {
 
 // Records implements cupti.Handler.
 func (h *GPUHandler) Records(c *cupti.Conn, b *cupti.Batch) {
+	h.a.mu.Lock()
+	h.a.feedJoiner(c, b)
+	h.a.mu.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.of(c)

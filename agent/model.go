@@ -18,6 +18,15 @@ type PhaseStats struct {
 	Colls       int64  `json:"collectives"`
 	CollBytes   int64  `json:"collective_bytes"`
 	Markers     int64  `json:"markers"` // event records, async copies, captures
+	// GPU side (from CUPTI records joined to this phase's launches).
+	GPUCycles      int   `json:"gpu_cycles,omitempty"`       // cycles whose GPU work of this phase is known
+	GPUKernels     int64 `json:"gpu_kernels,omitempty"`      // kernels launched by the phase
+	GPUBusyNs      int64 `json:"gpu_busy_ns,omitempty"`      // union of their intervals (streams overlap: never summed)
+	GPUSpanNs      int64 `json:"gpu_span_ns,omitempty"`      // first kernel start to last kernel end
+	GPUKernelNs    int64 `json:"gpu_kernel_ns,omitempty"`    // sum of kernel durations
+	GPUMemcpys     int64 `json:"gpu_memcpys,omitempty"`      // copies
+	GPUMemcpyBytes int64 `json:"gpu_memcpy_bytes,omitempty"` //
+	GPUMemcpyNs    int64 `json:"gpu_memcpy_ns,omitempty"`    //
 	// SyncSites counts blocked time by the innermost Python frame that blocked.
 	SyncSites map[string]int64 `json:"sync_sites_ns,omitempty"`
 }
@@ -32,6 +41,7 @@ func (s *PhaseStats) add(o *PhaseStats) {
 	s.Colls += o.Colls
 	s.CollBytes += o.CollBytes
 	s.Markers += o.Markers
+	s.addGPU(o)
 	for k, v := range o.SyncSites {
 		if s.SyncSites == nil {
 			s.SyncSites = map[string]int64{}
@@ -47,6 +57,7 @@ type Window struct {
 	FirstCycle int           `json:"first_cycle"` // 1-based
 	LastCycle  int           `json:"last_cycle"`
 	CycleNs    int64         `json:"cycle_ns"` // sum of cycle wall spans (first to last call)
+	GPU        bool          `json:"gpu"`      // GPU columns are known (CUPTI records joined)
 	Phases     []*PhaseStats `json:"phases"`
 }
 
@@ -58,6 +69,7 @@ type ThreadReport struct {
 	TID      int           `json:"tid"`
 	Cycles   int           `json:"cycles"`
 	CycleNs  int64         `json:"cycle_ns"`
+	GPU      bool          `json:"gpu"`     // GPU fields are filled
 	Phases   []*PhaseStats `json:"phases"`  // inside cycles
 	Outside  []*PhaseStats `json:"outside"` // calls made outside any cycle
 	Calls    int64         `json:"calls"`
@@ -90,6 +102,13 @@ type Loss struct {
 	Stale         uint64 `json:"stale_code_objects"`
 	SymbolErrors  uint64 `json:"symbolize_errors"`
 	UnmatchedExit uint64 `json:"sync_exits_without_entry"`
+	// Joining launches with CUPTI records (see correlate.Stats).
+	LaunchesWithoutAPI uint64 `json:"launches_without_cupti_api_record"`
+	GPUUnhooked        uint64 `json:"gpu_records_of_unhooked_calls"`
+	GPUWithoutAPI      uint64 `json:"gpu_records_without_api_record"`
+	GPULate            uint64 `json:"gpu_records_late"`
+	GPUDuplicates      uint64 `json:"gpu_records_duplicated"`
+	GPUPending         uint64 `json:"gpu_records_pending"`
 }
 
 // Report is the result of a session.
@@ -114,4 +133,15 @@ func sortedStats(m map[uint16]*PhaseStats, order func(uint16) int) []*PhaseStats
 		out = append(out, m[id])
 	}
 	return out
+}
+
+func (s *PhaseStats) addGPU(o *PhaseStats) {
+	s.GPUCycles += o.GPUCycles
+	s.GPUKernels += o.GPUKernels
+	s.GPUBusyNs += o.GPUBusyNs
+	s.GPUSpanNs += o.GPUSpanNs
+	s.GPUKernelNs += o.GPUKernelNs
+	s.GPUMemcpys += o.GPUMemcpys
+	s.GPUMemcpyBytes += o.GPUMemcpyBytes
+	s.GPUMemcpyNs += o.GPUMemcpyNs
 }

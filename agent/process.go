@@ -66,6 +66,13 @@ type thread struct {
 	win      map[uint16]*PhaseStats
 	winFirst int
 	winNs    int64
+	winGPU   bool
+
+	curKeys  map[uint16]bool        // phase keys of the open cycle sent to the joiner
+	earlyGPU map[uint16]*PhaseStats // GPU results that came before the cycle closed
+	closed   []*closedCycle         // closed cycles waiting for their GPU side, in order
+	byCycle  map[int]*closedCycle
+	gpu      bool
 
 	total    map[uint16]*PhaseStats
 	outside  map[uint16]*phaseAcc
@@ -79,6 +86,7 @@ func (p *process) thread(tid int) *thread {
 	t := p.threads[tid]
 	if t == nil {
 		t = &thread{tid: tid, cur: map[uint16]*phaseAcc{}, win: map[uint16]*PhaseStats{},
+			curKeys: map[uint16]bool{}, earlyGPU: map[uint16]*PhaseStats{},
 			total: map[uint16]*PhaseStats{}, outside: map[uint16]*phaseAcc{}}
 		p.threads[tid] = t
 	}
@@ -223,6 +231,7 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	a.advanceCycle(p, t, ph, cyc, e.Ktime, m)
 
 	acc := t.acc(ph, e.Ktime, m)
+	a.joinLaunch(p, t, e, ph)
 	ev := Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: kindOf(e.Type), API: e.API.String(),
 		Phase: m.PhaseName(ph), Stream: e.Stream, Handle: e.Handle}
 	if t.inCycle {
@@ -360,39 +369,98 @@ func (a *Agent) advanceCycle(p *process, t *thread, ph uint16, cyc uint64, ktime
 	}
 }
 
+// closedCycle is a cycle whose CPU side is complete; its GPU side may still
+// be arriving from CUPTI (gpuPending phase keys not finalized yet).
+type closedCycle struct {
+	no         int
+	spanNs     int64
+	phases     map[uint16]*PhaseStats
+	gpuPending int
+	gpu        bool
+}
+
 func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 	if !t.inCycle {
 		return
 	}
 	t.inCycle = false
-	span := int64(t.cycleLast - t.cycleFirst)
-	if t.cycles == 0 {
-		t.winFirst = t.cycleNo
-	}
-	t.cycles++
-	t.totalNs += span
-	t.winNs += span
+	cc := &closedCycle{no: t.cycleNo, spanNs: int64(t.cycleLast - t.cycleFirst), phases: map[uint16]*PhaseStats{}}
 	for ph, pa := range t.cur {
 		pa.Cycles = 1
 		pa.CPUSpanNs = int64(pa.last - pa.first)
-		for _, dst := range []map[uint16]*PhaseStats{t.win, t.total} {
-			s := dst[ph]
-			if s == nil {
-				s = &PhaseStats{Phase: pa.Phase}
-				dst[ph] = s
-			}
-			s.add(&pa.PhaseStats)
-		}
+		st := pa.PhaseStats
+		cc.phases[ph] = &st
 	}
 	t.cur = map[uint16]*phaseAcc{}
-	if a.opts.Interval > 0 && t.cycleNo-t.winFirst+1 >= a.opts.Interval {
-		w := &Window{PID: p.pid, TID: t.tid, FirstCycle: t.winFirst, LastCycle: t.cycleNo, CycleNs: t.winNs,
-			Phases: sortedStats(t.win, func(id uint16) int { return a.phaseOrder(id, m) })}
-		t.win = map[uint16]*PhaseStats{}
-		t.winNs = 0
-		t.winFirst = t.cycleNo + 1
-		if a.opts.OnWindow != nil {
-			a.opts.OnWindow(w)
+	// GPU work of this cycle is complete once every phase key that sent
+	// launches to the joiner is finalized; some may already be.
+	if len(t.curKeys) > 0 {
+		cc.gpu = true
+		for ph := range t.curKeys {
+			if g := t.earlyGPU[ph]; g != nil {
+				cc.phase(ph, m).addGPU(g)
+			} else {
+				cc.gpuPending++
+			}
+		}
+	}
+	t.curKeys = map[uint16]bool{}
+	t.earlyGPU = map[uint16]*PhaseStats{}
+	t.closed = append(t.closed, cc)
+	if t.byCycle == nil {
+		t.byCycle = map[int]*closedCycle{}
+	}
+	t.byCycle[cc.no] = cc
+	a.drain(p, t, m, false)
+}
+
+func (cc *closedCycle) phase(ph uint16, m *phase.Matcher) *PhaseStats {
+	s := cc.phases[ph]
+	if s == nil {
+		s = &PhaseStats{Phase: m.PhaseName(ph)}
+		cc.phases[ph] = s
+	}
+	return s
+}
+
+// drain folds closed cycles whose GPU side is complete (all of them with
+// force) into the window and the totals, in cycle order, and emits windows.
+func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
+	for len(t.closed) > 0 {
+		cc := t.closed[0]
+		if cc.gpuPending > 0 && !force {
+			return
+		}
+		t.closed = t.closed[1:]
+		delete(t.byCycle, cc.no)
+		if t.cycles == 0 || t.winFirst == 0 {
+			t.winFirst = cc.no
+		}
+		t.cycles++
+		t.totalNs += cc.spanNs
+		t.winNs += cc.spanNs
+		t.winGPU = t.winGPU || cc.gpu
+		t.gpu = t.gpu || cc.gpu
+		for ph, st := range cc.phases {
+			for _, dst := range []map[uint16]*PhaseStats{t.win, t.total} {
+				s := dst[ph]
+				if s == nil {
+					s = &PhaseStats{Phase: st.Phase}
+					dst[ph] = s
+				}
+				s.add(st)
+			}
+		}
+		if a.opts.Interval > 0 && cc.no-t.winFirst+1 >= a.opts.Interval {
+			w := &Window{PID: p.pid, TID: t.tid, FirstCycle: t.winFirst, LastCycle: cc.no, CycleNs: t.winNs, GPU: t.winGPU,
+				Phases: sortedStats(t.win, func(id uint16) int { return a.phaseOrder(id, m) })}
+			t.win = map[uint16]*PhaseStats{}
+			t.winNs = 0
+			t.winGPU = false
+			t.winFirst = cc.no + 1
+			if a.opts.OnWindow != nil {
+				a.opts.OnWindow(w)
+			}
 		}
 	}
 }
@@ -411,7 +479,7 @@ func (p *process) report(a *Agent) *ProcessReport {
 	r.GPU = a.gpu.snapshot(p.pid)
 	order := func(id uint16) int { return a.phaseOrder(id, m) }
 	for _, t := range p.threads {
-		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs,
+		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu,
 			Phases: sortedStats(t.total, order), Outside: sortedStats(outsideStats(t.outside), order), Calls: t.calls, Resolved: t.resolved})
 	}
 	sort.Slice(r.Threads, func(i, j int) bool { return r.Threads[i].TID < r.Threads[j].TID })

@@ -29,17 +29,31 @@ func WriteWindow(w io.Writer, title string, win *agent.Window) error {
 }
 
 func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs float64) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tlaunches/cyc\tgraph/cyc\tcpu span ms\t% cycle\tsync wait ms\tsyncs/cyc\tcoll/cyc\tcoll MB/cyc\t")
+	gpu := false
 	for _, p := range phases {
-		pct := 0.0
-		if cycleNs > 0 {
-			pct = 100 * float64(p.CPUSpanNs) / cycleNs
+		gpu = gpu || p.GPUCycles > 0
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	hdr := "phase\tlaunches/cyc\tgraph/cyc\tcpu span ms\t% cycle\tsync wait ms\tsyncs/cyc\tcoll/cyc\tcoll MB/cyc\t"
+	if gpu {
+		hdr += "gpu busy ms\tgpu % cycle\tkernels/cyc\t"
+	}
+	fmt.Fprintln(tw, hdr)
+	pct := func(ns int64) float64 {
+		if cycleNs <= 0 {
+			return 0
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t%.1f\t%s\t%.1f\t%.1f\t%.3f\t\n", p.Phase,
-			float64(p.Launches)/cycles, float64(p.GraphLaunch)/cycles, ms(float64(p.CPUSpanNs)/cycles), pct,
+		return 100 * float64(ns) / cycleNs
+	}
+	for _, p := range phases {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t%.1f\t%s\t%.1f\t%.1f\t%.3f\t", p.Phase,
+			float64(p.Launches)/cycles, float64(p.GraphLaunch)/cycles, ms(float64(p.CPUSpanNs)/cycles), pct(p.CPUSpanNs),
 			ms(float64(p.SyncWaitNs)/cycles), float64(p.Syncs)/cycles, float64(p.Colls)/cycles,
 			float64(p.CollBytes)/cycles/1e6)
+		if gpu {
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t", ms(float64(p.GPUBusyNs)/cycles), pct(p.GPUBusyNs), float64(p.GPUKernels)/cycles)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
@@ -81,6 +95,10 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 		}
 	}
 	l := r.Loss
+	if l.LaunchesWithoutAPI+l.GPUUnhooked+l.GPUWithoutAPI+l.GPULate+l.GPUDuplicates+l.GPUPending > 0 {
+		fmt.Fprintf(w, "GPU join: launches without a CUPTI API record %d; GPU records of unhooked calls %d, without API record %d, late %d, duplicated %d, pending %d\n",
+			l.LaunchesWithoutAPI, l.GPUUnhooked, l.GPUWithoutAPI, l.GPULate, l.GPUDuplicates, l.GPUPending)
+	}
 	fmt.Fprintf(w, "\nevents %d; lost: ringbuf %d, scratch %d, openat %d, decode %d; unattributed: no-python %d, no-thread-state %d, read-errors %d, truncated %d, stale %d, symbolize %d, unmatched sync exits %d\n",
 		r.Events, l.RingBuf, l.Scratch, l.OpenAt, l.DecodeErrors, l.NoPython, l.NoThreadState, l.ReadErrors, l.Truncated, l.Stale, l.SymbolErrors, l.UnmatchedExit)
 	return nil

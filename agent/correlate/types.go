@@ -1,0 +1,231 @@
+package correlate
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Kind says what a GPU record is.
+type Kind uint8
+
+const (
+	// Kernel is a kernel execution: it counts toward busy time and span.
+	Kernel Kind = iota
+	// Memcpy is a memory copy.
+	Memcpy
+	// Memset is a memory set.
+	Memset
+)
+
+// String names the kind.
+func (k Kind) String() string {
+	switch k {
+	case Kernel:
+		return "kernel"
+	case Memcpy:
+		return "memcpy"
+	case Memset:
+		return "memset"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// GPURecord is one GPU activity record from CUPTI. Times are CLOCK_MONOTONIC
+// ns. The Joiner copies what it keeps, so the caller may reuse the record.
+type GPURecord struct {
+	Start, End uint64
+	Bytes      uint64 // copies and sets
+	PID        int
+	Corr       uint32 // correlation id of the launching API call (per process)
+	Stream     uint32
+	Device     uint32
+	Name       uint32 // the caller's interned kernel name id (per-name totals)
+	GraphID    uint32
+	Kind       Kind
+}
+
+// APIRecord is one driver-API record from CUPTI: the CPU side of a call and
+// the correlation id its GPU work carries.
+type APIRecord struct {
+	Start, End uint64
+	PID, TID   int
+	Corr       uint32
+	Cbid       uint32 // informational: the Joiner does not look at it
+}
+
+// Key is a ready-made attribution key: one phase of one cycle on one thread.
+// Any comparable type works as a Joiner's key; this one is small and cheap
+// to hash.
+type Key struct {
+	Thread int
+	Cycle  int
+	Phase  uint16
+}
+
+// Reason says why a GPU record was not joined to a live key.
+type Reason uint8
+
+const (
+	// NoLaunch: its API record had no launch, i.e. a driver call specprof
+	// does not hook (cuMemcpyHtoD, ...), or its launch event was lost.
+	NoLaunch Reason = iota + 1
+	// NoAPI: its API record never came within the horizon (CUPTI lost it).
+	NoAPI
+	// Late: its key had already been finalized, so its stats went out
+	// without it.
+	Late
+)
+
+// String names the reason.
+func (r Reason) String() string {
+	switch r {
+	case NoLaunch:
+		return "no-launch"
+	case NoAPI:
+		return "no-api"
+	case Late:
+		return "late"
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// ErrOptions is wrapped by every error New returns for invalid Options.
+var ErrOptions = errors.New("correlate: invalid options")
+
+// Default values of Options fields left zero.
+const (
+	DefaultHorizon     = 2 * time.Second
+	DefaultCPUHorizon  = 10 * time.Millisecond
+	DefaultMaxLaunches = 1 << 17
+	DefaultMaxAPIs     = 1 << 17
+	DefaultMaxGPU      = 1 << 18
+	DefaultMaxCorrs    = 1 << 19
+	DefaultMaxKeys     = 1 << 14
+	DefaultMaxDedup    = 1 << 20
+)
+
+// Options configures a Joiner. Zero fields take the defaults above. Caps
+// apply per process.
+type Options[K comparable] struct {
+	// Horizon is how far the GPU watermark must pass an item before it is
+	// decided: a launch without API record is unmatched at ktime+Horizon, a
+	// GPU record without API record is orphaned at max(start, watermark on
+	// arrival)+Horizon, a key is finalized at max(last launch, last joined
+	// GPU end)+Horizon, and what was decided is forgotten a Horizon later.
+	// It must cover CUPTI's delivery lag plus how long the GPU queue may run
+	// behind the CPU (a kernel's end after its launch).
+	Horizon time.Duration
+	// CPUHorizon is how far the CPU watermark must pass an API record's end
+	// before it is declared launch-less (an unhooked call). It covers the
+	// reordering of the eBPF ring buffer. Negative means none (the CPU
+	// watermark is exact).
+	CPUHorizon time.Duration
+	// Slack widens each API record to [start-Slack, end] when matching: the
+	// uprobe fires at the function's first instruction, possibly a little
+	// before CUPTI stamps the call's start (to be measured on real CUDA).
+	// A record containing the launch wins over one only within Slack of it
+	// when both are known; keep Slack below the shortest gap between two
+	// driver calls of one thread, or the result depends on arrival order.
+	// Zero matches exactly.
+	Slack time.Duration
+
+	MaxLaunches int // pending launches (deque entries)
+	MaxAPIs     int // API records waiting on the CPU watermark
+	MaxGPU      int // GPU records buffered while their API record is missing or undecided
+	MaxCorrs    int // correlation ids remembered, joined ones included
+	MaxKeys     int // keys held, open or finalized (kept a Horizon to catch late records)
+	MaxDedup    int // GPU records remembered for duplicate detection
+
+	// PerName keeps per-kernel-name totals in every KeyStats.
+	PerName bool
+
+	// OnJoin receives each GPU record joined to a live key. r is valid
+	// only during the call.
+	OnJoin func(key K, r *GPURecord)
+	// OnFinal receives each key's final stats exactly once. s is valid only
+	// during the call, except s.Names, which the callee then owns.
+	OnFinal func(key K, s *KeyStats)
+	// OnUnjoined receives each GPU record that could not be joined to a
+	// live key (duplicates excluded). r is valid only during the call.
+	OnUnjoined func(r *GPURecord, why Reason)
+}
+
+// NameTotal is the kernel count and summed duration of one kernel name.
+type NameTotal struct {
+	Count int
+	Ns    uint64
+}
+
+// KeyStats is what one key's GPU work amounts to. Busy time and span count
+// kernels only; copies and sets have their own counters.
+type KeyStats struct {
+	PID             int
+	Launches        int // launches that carried the key, up to finalization
+	MatchedLaunches int // of those, launches joined to an API record
+
+	Kernels    int
+	BusyNs     uint64 // length of the union of the kernels' [Start, End]
+	FirstStart uint64 // earliest kernel start (0 when no kernel)
+	LastEnd    uint64 // latest kernel end
+	KernelNs   uint64 // sum of kernel durations (> BusyNs when streams overlap)
+
+	Memcpys     int
+	MemcpyBytes uint64
+	MemcpyNs    uint64
+	Memsets     int
+	MemsetBytes uint64
+	MemsetNs    uint64
+
+	// Names holds per-name totals when Options.PerName is set.
+	Names map[uint32]NameTotal
+	// Evicted is set when the key was finalized before its horizon because
+	// Options.MaxKeys or MaxCorrs was reached.
+	Evicted bool
+}
+
+// SpanNs is the time from the first kernel start to the last kernel end.
+func (s *KeyStats) SpanNs() uint64 {
+	if s.Kernels == 0 || s.LastEnd < s.FirstStart {
+		return 0
+	}
+	return s.LastEnd - s.FirstStart
+}
+
+// Stats counts what a Joiner saw. Every input lands in exactly one
+// category, so at any time:
+//
+//	Launches   == MatchedLaunches + UnmatchedLaunches + PendingLaunches
+//	APIs       == MatchedAPIs + APINoLaunch + DuplicateAPIs + PendingAPIs
+//	GPURecords == Joined + GPUNoLaunch + GPUNoAPI + DuplicateGPU + Late + PendingGPU
+//
+// LateLaunches, SharedAPI and CapEvictions overlap those categories.
+type Stats struct {
+	Launches   uint64 // Launch calls
+	APIs       uint64 // API calls
+	GPURecords uint64 // GPU calls
+
+	MatchedLaunches   uint64 // launches joined to an API record
+	UnmatchedLaunches uint64 // launches whose API record never came (CUPTI lost it)
+	LateLaunches      uint64 // launches whose key was already finalized (their records count as Late)
+	SharedAPI         uint64 // launches inside an API record another launch had already matched
+
+	MatchedAPIs   uint64 // API records with a launch
+	APINoLaunch   uint64 // API records without launch: calls not hooked
+	DuplicateAPIs uint64 // API records whose (pid, corr) had already been seen
+
+	Joined       uint64 // GPU records joined to a live key
+	GPUNoLaunch  uint64 // GPU records whose API record had no launch
+	GPUNoAPI     uint64 // GPU records whose API record never came
+	DuplicateGPU uint64 // GPU records seen before (same pid, corr, kind, start, end, stream)
+	Late         uint64 // GPU records for an already finalized key
+
+	KeysFinalized  uint64 // OnFinal calls
+	CapEvictions   uint64 // items decided or forgotten early because a cap was reached
+	DedupForgotten uint64 // duplicate-detection entries dropped early (MaxDedup)
+
+	PendingLaunches uint64 // launches waiting for their API record
+	PendingAPIs     uint64 // API records waiting for the CPU watermark
+	PendingGPU      uint64 // GPU records waiting for their API record or its launch
+	OpenKeys        uint64 // keys not finalized yet
+}
