@@ -120,6 +120,17 @@ type Report struct {
 	Processes []*ProcessReport `json:"processes"`
 	Loss      Loss             `json:"loss"`
 	Events    int64            `json:"events"`
+	Spec      *SpecMetrics     `json:"spec_metrics,omitempty"` // the server's own numbers, when a source was given
+}
+
+// SpecMetrics are the server's speculative-decoding figures over the
+// session (from its log lines or its Prometheus endpoint). Absent values
+// are nil.
+type SpecMetrics struct {
+	Source    string   `json:"source"`
+	Samples   int      `json:"samples"`
+	AcceptLen *float64 `json:"accept_len_mean,omitempty"`
+	TokPerSec *float64 `json:"gen_tok_per_s_mean,omitempty"`
 }
 
 func sortedStats(m map[uint16]*PhaseStats, order func(uint16) int) []*PhaseStats {

@@ -34,6 +34,9 @@ func newAttachCmd() *cobra.Command {
 				return err
 			}
 			defer s.close()
+			if _, _, err := s.startSpecMetrics(false); err != nil {
+				return err
+			}
 			if err := s.ag.AttachRunning(pid); err != nil {
 				return fmt.Errorf("attach to pid %d: %w", pid, err)
 			}

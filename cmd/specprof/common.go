@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/agent/phase"
+	"github.com/specprof/specprof/agent/specmetrics"
 	"github.com/specprof/specprof/bpf"
 	"github.com/specprof/specprof/cupti"
 	"github.com/specprof/specprof/export/summary"
@@ -37,6 +40,7 @@ type sessionFlags struct {
 	verbose  bool
 	cupti    string
 	cuptiLib string
+	spec     string
 }
 
 func (f *sessionFlags) register(c *cobra.Command) {
@@ -50,6 +54,7 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "debug logging")
 	fl.StringVar(&f.cupti, "cupti", "auto", "GPU-side records through the injected CUPTI library: auto (when the library is found), on, off")
 	fl.StringVar(&f.cuptiLib, "cupti-lib", "", "path of libspecprof_cupti.so (default: next to the specprof executable)")
+	fl.StringVar(&f.spec, "spec-metrics", "log", "accept length and tok/s: 'log' (the target's Decode batch / SpecDecoding log lines; run only), a Prometheus URL (http://host:port/metrics), or 'off'")
 }
 
 func (f *sessionFlags) loadPreset() (*phase.Preset, error) {
@@ -71,6 +76,12 @@ type session struct {
 	outDir string
 	rcv    *cupti.Receiver
 	log    *slog.Logger
+
+	spec       *specmetrics.Tracker
+	specSrc    string
+	specCancel context.CancelFunc
+	scraper    *specmetrics.Scraper
+	specSaid   bool
 }
 
 func newSession(f *sessionFlags, out io.Writer) (*session, error) {
@@ -112,6 +123,7 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			_ = summary.WriteWindow(s.out, fmt.Sprintf("[specprof] pid %d", w.PID), w)
+			s.writeSpecWindow()
 		}
 	}
 	if s.evEnc != nil {
@@ -180,7 +192,11 @@ func (s *session) finish() error {
 		_ = s.rcv.Close()
 	}
 	s.ag.Finish()
+	if s.specCancel != nil {
+		s.specCancel()
+	}
 	r := s.ag.Report()
+	r.Spec = s.specTotal()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := summary.WriteReport(s.out, r); err != nil {
@@ -218,4 +234,86 @@ func anyLibrary(r *agent.Report) bool {
 		}
 	}
 	return false
+}
+
+// startSpecMetrics sets up the source of accept length and tok/s. It
+// returns the writers to tee the target's stdout and stderr through (log
+// source), or nils.
+func (s *session) startSpecMetrics(canTee bool) (stdout, stderr io.Writer, err error) {
+	src := s.flags.spec
+	switch {
+	case src == "off" || src == "":
+		return nil, nil, nil
+	case src == "log":
+		if !canTee {
+			s.log.Info("--spec-metrics log needs `specprof run` (it reads the target's output); give a Prometheus URL to attach")
+			return nil, nil, nil
+		}
+		s.spec = &specmetrics.Tracker{}
+		s.specSrc = specmetrics.SourceLog
+		return specmetrics.NewLineScanner(s.spec), specmetrics.NewLineScanner(s.spec), nil
+	case strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://"):
+		s.spec = &specmetrics.Tracker{}
+		s.specSrc = specmetrics.SourcePrometheus
+		s.scraper = specmetrics.NewScraper(src, s.spec)
+		ctx, cancel := context.WithCancel(context.Background())
+		s.specCancel = cancel
+		go func() { _ = s.scraper.Run(ctx) }()
+		return nil, nil, nil
+	}
+	return nil, nil, fmt.Errorf("--spec-metrics %q: want log, off or an http(s):// Prometheus URL", src)
+}
+
+// writeSpecWindow prints the server's figures under a window table; when
+// the source never reported any, it says so once.
+func (s *session) writeSpecWindow() {
+	if s.spec == nil {
+		return
+	}
+	w := s.spec.Window()
+	if !w.HasAccept && !w.HasTok {
+		if !s.specSaid {
+			s.specSaid = true
+			why := "no Decode batch / SpecDecoding lines in the target's output"
+			if s.scraper != nil {
+				why = "nothing from " + s.scraper.URL
+				if err := s.scraper.Err(); err != nil {
+					why += ": " + err.Error()
+				}
+			}
+			fmt.Fprintf(s.out, "spec metrics: %s; accept length and tok/s columns omitted\n", why)
+		}
+		return
+	}
+	if w.Samples == 0 {
+		return // nothing new since the previous window
+	}
+	line := "  server:"
+	if w.HasAccept && !math.IsNaN(w.AcceptLen) {
+		line += fmt.Sprintf(" accept len %.2f", w.AcceptLen)
+	}
+	if w.HasTok && !math.IsNaN(w.TokPerSec) {
+		line += fmt.Sprintf(" gen %.1f tok/s", w.TokPerSec)
+	}
+	fmt.Fprintf(s.out, "%s (%d %s samples)\n", line, w.Samples, s.specSrc)
+}
+
+func (s *session) specTotal() *agent.SpecMetrics {
+	if s.spec == nil {
+		return nil
+	}
+	t := s.spec.Total()
+	if !t.HasAccept && !t.HasTok {
+		return nil
+	}
+	m := &agent.SpecMetrics{Source: s.specSrc, Samples: t.Samples}
+	if !math.IsNaN(t.AcceptLen) {
+		v := t.AcceptLen
+		m.AcceptLen = &v
+	}
+	if !math.IsNaN(t.TokPerSec) {
+		v := t.TokPerSec
+		m.TokPerSec = &v
+	}
+	return m
 }

@@ -3,10 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -50,6 +52,17 @@ func runCommand(f *sessionFlags, args []string) error {
 		return err
 	}
 	cmd.Env = append(os.Environ(), env...)
+	tout, terr, err := s.startSpecMetrics(true)
+	if err != nil {
+		return err
+	}
+	if tout != nil {
+		// Tee through the log scanner; the target still writes to our
+		// terminal. Grandchildren holding the pipes must not hang us.
+		cmd.Stdout = io.MultiWriter(os.Stdout, tout)
+		cmd.Stderr = io.MultiWriter(os.Stderr, terr)
+		cmd.WaitDelay = 2 * time.Second
+	}
 	cmd.ExtraFiles = []*os.File{rd}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", args[0], err)
