@@ -21,7 +21,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newAttachCmd(), newPresetsCmd())
+	root.AddCommand(newRunCmd(), newAttachCmd(), newPresetsCmd(), newDiffCmd())
 	if err := root.Execute(); err != nil {
 		var ee exitError
 		if asExit(err, &ee) {
