@@ -51,6 +51,15 @@ type specprofApiEventFull struct {
 	FrameAddrs [256]uint64
 }
 
+type specprofCodeCacheEnt struct {
+	_        structs.HostLayout
+	Seq      uint64
+	Code     uint64
+	Tag      uint64
+	Word     uint64
+	Qualname uint64
+}
+
 type specprofCodeClass struct {
 	_        structs.HostLayout
 	Phase    uint16
@@ -216,17 +225,51 @@ type specprofSyncExitEvent struct {
 	Ret int32
 }
 
+type specprofTstateCache struct {
+	_         structs.HostLayout
+	Ts        uint64
+	Runtime   uint64
+	Floor     [4]uint64
+	Low       [4]uint64
+	U_below   uint64
+	U_above   uint64
+	NextFloor uint32
+	Pad       uint32
+}
+
 type specprofWalkState struct {
-	_      structs.HostLayout
-	F      uint64
-	Prev   uint64
-	N      uint32
-	Match  uint32
-	Phase  uint16
-	Flags  uint16
-	Marker uint32
-	Extra  uint32
-	Done   uint32
+	_         structs.HostLayout
+	F         uint64
+	Low       uint64
+	Lows      [4]uint64
+	Hints     [4]uint64
+	WinLo     uint64
+	WinLen    uint64
+	N         uint32
+	Match     uint32
+	Phase     uint16
+	Flags     uint16
+	Marker    uint32
+	Extra     uint32
+	Done      uint32
+	Records   uint32
+	Exact     uint32
+	Record    uint32
+	_         [4]byte
+	Leaf      uint64
+	S_addr    uint64
+	U_lo      uint64
+	U_len     uint64
+	Anchor    uint64
+	U_below   uint64
+	U_above   uint64
+	H_below   uint64
+	H_above   uint64
+	Stretches uint32
+	WinFloor  uint32
+	Tsbuf     [256]uint8
+	Buf       [16384]uint8
+	Ubuf      [8192]uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -234,6 +277,7 @@ type specprofWalkState struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	specprofMapCodeClasses          = "code_classes"
+	specprofMapCodeGen              = "code_gen"
 	specprofMapEvents               = "events"
 	specprofMapLibScratch           = "lib_scratch"
 	specprofMapLost                 = "lost"
@@ -275,6 +319,8 @@ const (
 	specprofProgSpStreamSync        = "sp_stream_sync"
 	specprofProgSpStreamSyncRet     = "sp_stream_sync_ret"
 	specprofProgSpStreamWaitEvent   = "sp_stream_wait_event"
+	specprofVarCodeCache            = "code_cache"
+	specprofVarSpDbgSp              = "sp_dbg_sp"
 	specprofVarUnusedApiEvent       = "unused_api_event"
 	specprofVarUnusedApiEventFull   = "unused_api_event_full"
 	specprofVarUnusedLibEvent       = "unused_lib_event"
@@ -370,6 +416,7 @@ type specprofProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type specprofMapSpecs struct {
 	CodeClasses *ebpf.MapSpec `ebpf:"code_classes"`
+	CodeGen     *ebpf.MapSpec `ebpf:"code_gen"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	LibScratch  *ebpf.MapSpec `ebpf:"lib_scratch"`
 	Lost        *ebpf.MapSpec `ebpf:"lost"`
@@ -385,6 +432,8 @@ type specprofMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type specprofVariableSpecs struct {
+	CodeCache          *ebpf.VariableSpec `ebpf:"code_cache"`
+	SpDbgSp            *ebpf.VariableSpec `ebpf:"sp_dbg_sp"`
 	UnusedApiEvent     *ebpf.VariableSpec `ebpf:"unused_api_event"`
 	UnusedApiEventFull *ebpf.VariableSpec `ebpf:"unused_api_event_full"`
 	UnusedLibEvent     *ebpf.VariableSpec `ebpf:"unused_lib_event"`
@@ -420,6 +469,7 @@ func (o *specprofObjects) Close() error {
 // It can be passed to loadSpecprofObjects or ebpf.CollectionSpec.LoadAndAssign.
 type specprofMaps struct {
 	CodeClasses *ebpf.Map `ebpf:"code_classes"`
+	CodeGen     *ebpf.Map `ebpf:"code_gen"`
 	Events      *ebpf.Map `ebpf:"events"`
 	LibScratch  *ebpf.Map `ebpf:"lib_scratch"`
 	Lost        *ebpf.Map `ebpf:"lost"`
@@ -434,6 +484,7 @@ type specprofMaps struct {
 func (m *specprofMaps) Close() error {
 	return _SpecprofClose(
 		m.CodeClasses,
+		m.CodeGen,
 		m.Events,
 		m.LibScratch,
 		m.Lost,
@@ -450,6 +501,8 @@ func (m *specprofMaps) Close() error {
 //
 // It can be passed to loadSpecprofObjects or ebpf.CollectionSpec.LoadAndAssign.
 type specprofVariables struct {
+	CodeCache          *ebpf.Variable `ebpf:"code_cache"`
+	SpDbgSp            *ebpf.Variable `ebpf:"sp_dbg_sp"`
 	UnusedApiEvent     *ebpf.Variable `ebpf:"unused_api_event"`
 	UnusedApiEventFull *ebpf.Variable `ebpf:"unused_api_event_full"`
 	UnusedLibEvent     *ebpf.Variable `ebpf:"unused_lib_event"`

@@ -51,6 +51,9 @@ type Tracer struct {
 
 	mu    sync.Mutex
 	links map[libKey][]link.Link
+
+	genMu sync.Mutex
+	gen   uint64 // last value written to code_gen
 }
 
 type libKey struct {
@@ -148,8 +151,34 @@ func (t *Tracer) SetCodeClass(pid int, code uint64, c CodeClass) error {
 	if c.Cycle {
 		v.Flags |= uint16(specprofSpClassFlagsSP_CLASS_CYCLE)
 	}
-	if err := t.objs.CodeClasses.Put(specprofCodeKey{Pid: uint32(pid), Code: code}, v); err != nil {
+	key := specprofCodeKey{Pid: uint32(pid), Code: code}
+	err := t.objs.CodeClasses.Update(key, v, ebpf.UpdateNoExist)
+	if errors.Is(err, ebpf.ErrKeyExist) {
+		// BPF caches classes (code_cache): replacing one must invalidate
+		// the cached copies, after the map holds the new value.
+		var old specprofCodeClass
+		if t.objs.CodeClasses.Lookup(key, &old) == nil && old == v {
+			return nil
+		}
+		if err = t.objs.CodeClasses.Put(key, v); err == nil {
+			err = t.invalidateClasses()
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("set class of code object %#x in pid %d: %w", code, pid, err)
+	}
+	return nil
+}
+
+// invalidateClasses bumps the generation that BPF's code class cache
+// entries must match. Call it after removing or changing code_classes
+// entries (a new entry needs nothing: BPF never caches a miss).
+func (t *Tracer) invalidateClasses() error {
+	t.genMu.Lock()
+	defer t.genMu.Unlock()
+	t.gen++
+	if err := t.objs.CodeGen.Put(uint32(0), t.gen); err != nil {
+		return fmt.Errorf("invalidate cached code classes: %w", err)
 	}
 	return nil
 }
@@ -188,6 +217,10 @@ func (t *Tracer) ForgetCode(pid int) {
 	for _, k := range dead {
 		_ = t.objs.CodeClasses.Delete(k)
 	}
+	// Always, even when nothing was found: the iteration may have raced
+	// with a concurrent update. Writing one array element only fails once
+	// the maps are closed, and then no program can use a stale class.
+	_ = t.invalidateClasses()
 }
 
 // Attached is the result of AttachLibrary.

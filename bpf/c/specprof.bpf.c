@@ -10,11 +10,19 @@
 #include <bpf/bpf_core_read.h>
 #include "events.h"
 #include "api.h"
+#ifndef SP_EXP
+#define SP_EXP 0
+#endif
 
 #ifndef PT_REGS_PARM6
 /* libbpf < 1.2 stops at the fifth argument; the sixth is in r9 (SysV). */
 #define PT_REGS_PARM6(x) ((x)->r9)
 #endif
+
+struct task_struct {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -32,9 +40,12 @@ const enum sp_track_flags *unused_sp_track_flags __attribute__((unused));
 const enum sp_class_flags *unused_sp_class_flags __attribute__((unused));
 const enum sp_lost *unused_sp_lost __attribute__((unused));
 
+#ifndef SP_RB_SIZE
+#define SP_RB_SIZE (8 << 20)
+#endif
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
+	__uint(max_entries, SP_RB_SIZE);
 } events SEC(".maps");
 
 /* Processes we follow (tgid -> sp_track_flags). */
@@ -51,14 +62,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct py_config);
 } py_configs SEC(".maps");
-
-/* tid -> PyThreadState*, validated on every use. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64);
-} tstates SEC(".maps");
 
 /* (pid, code object) -> classification published by user space. */
 struct {
@@ -100,7 +103,11 @@ struct {
 /* Waking the reader for every record costs the traced thread an IPI and a
  * context switch on the hot path; wake it only once a batch is pending (the
  * reader also polls on a short timer). */
+#ifndef SP_WAKEUP_BYTES
 #define SP_WAKEUP_BYTES (256 << 10)
+#endif
+
+#define SP_WAKEUP_EVERY 16
 
 static __always_inline __u64 wakeup_flags(void)
 {
@@ -145,33 +152,46 @@ static __always_inline int tstate_is(const struct py_config *cfg, __u64 ts, __u3
 
 #define SP_MAX_THREADS 128
 
-static __always_inline __u64 find_tstate(const struct py_config *cfg, __u32 tid)
+/* Scans the interpreter's thread list for tid's thread state. */
+static __always_inline __u64 scan_tstate(const struct py_config *cfg, __u32 tid)
 {
-	__u64 *cached = bpf_map_lookup_elem(&tstates, &tid);
-	if (cached && *cached && tstate_is(cfg, *cached, tid))
-		return *cached;
-
 	int err = 0;
 	__u64 interp = rd64(cfg->runtime + cfg->interp_head, &err);
 	if (err || !interp)
 		return 0;
 	__u64 ts = rd64(interp + cfg->interp_threads_head, &err);
 	for (int i = 0; i < SP_MAX_THREADS && ts && !err; i++) {
-		if (tstate_is(cfg, ts, tid)) {
-			bpf_map_update_elem(&tstates, &tid, &ts, BPF_ANY);
+		if (tstate_is(cfg, ts, tid))
 			return ts;
-		}
 		ts = rd64(ts + cfg->ts_next, &err);
 	}
 	return 0;
 }
+
+#define SP_TS_WINDOW 256 /* thread identity and frame pointer, read together */
+#define SP_FRAME_WINDOW 80
+/* Frames of one call chain (3.11+) lie close together in the thread's data
+ * stack: one read of this many bytes ending at a frame usually covers many of
+ * its callers. */
+#ifndef SP_WIN_SHIFT
+#define SP_WIN_SHIFT 14
+#endif
+#define SP_HINT_SLACK 256
+#define SP_UWIN (8 << 10)
+#define SP_HINTS 4
+#define SP_WIN (1 << SP_WIN_SHIFT)
+#define SP_PAGE 4096ull
 
 /* Walk state lives in map memory rather than registers: the verifier then
  * sees unknown scalars instead of a product of branch outcomes, and the
  * bounded loop verifies in linear time. */
 struct walk_state {
 	__u64 f;
-	__u64 prev;
+	__u64 low;             /* lowest frame visited in the current stretch */
+	__u64 lows[SP_HINTS];  /* low of each stretch so far (the next hints) */
+	__u64 hints[SP_HINTS]; /* the thread's previous walk's lows */
+	__u64 win_lo;   /* user address of buf[0] */
+	__u64 win_len; /* bytes of buf copied from win_lo; 0 when none */
 	__u32 n;
 	__u32 match;
 	__u16 phase;
@@ -179,6 +199,21 @@ struct walk_state {
 	__u32 marker;
 	__u32 extra;
 	__u32 done;
+	__u32 records; /* API records submitted on this CPU (wakeup checks) */
+	__u32 exact;  /* buf holds only the fields read one by one */
+	__u32 record; /* second pass: every frame goes to frames[] */
+	__u64 leaf;   /* innermost frame, where a second pass starts */
+	__u64 s_addr; /* frame last served from ubuf; 0 once back in buf */
+	__u64 u_lo;   /* user address of ubuf[0] */
+	__u64 u_len;  /* bytes of ubuf copied from u_lo; 0 when none */
+	__u64 anchor; /* first address the walk took from ubuf, or 0 */
+	__u64 u_below, u_above; /* extent it used around the anchor */
+	__u64 h_below, h_above; /* the thread's previous walk's */
+	__u32 stretches; /* stretches of contiguous windows read so far */
+	__u32 win_floor; /* 1 + the tstate_cache.floor that bounded the window, or 0 */
+	__u8 tsbuf[SP_TS_WINDOW];
+	__u8 buf[SP_WIN];  /* the down window */
+	__u8 ubuf[SP_UWIN]; /* the up window; must follow buf */
 };
 
 struct {
@@ -188,19 +223,456 @@ struct {
 	__type(value, struct walk_state);
 } walk_scratch SEC(".maps");
 
-#define SP_FRAME_WINDOW 80
+/* Reads the thread identity and the frame pointer of tstate ts in one helper
+ * call when they lie within SP_TS_WINDOW bytes. Returns 1 with *frame set
+ * when ts belongs to tid. */
+static __always_inline int tstate_frame(const struct py_config *cfg, struct walk_state *w, __u64 ts, __u32 tid,
+					__u64 *frame)
+{
+	__u64 idoff = (cfg->flags & SP_CFG_PTHREAD_TID) ? cfg->ts_thread_id : cfg->ts_native_tid;
+	__u64 foff = cfg->ts_frame;
+	__u64 lo = idoff < foff ? idoff : foff;
+	__u64 hi = idoff < foff ? foff : idoff;
+	__u64 a = idoff - lo, b = foff - lo;
+	__u64 span = hi - lo + 8;
+	if (hi - lo > SP_TS_WINDOW - 8 || a > SP_TS_WINDOW - 8 || b > SP_TS_WINDOW - 8) {
+		int err = 0;
+		if (!tstate_is(cfg, ts, tid))
+			return 0;
+		*frame = rd64(ts + foff, &err);
+		return !err;
+	}
+	if (bpf_probe_read_user(w->tsbuf, span, (void *)(ts + lo)))
+		return 0;
+	__u64 id = *(__u64 *)(w->tsbuf + a);
+	if (cfg->flags & SP_CFG_PTHREAD_TID) {
+		int err = 0;
+		if (!id || rd32(id + cfg->pthread_tid, &err) != tid || err)
+			return 0;
+	} else if (id != tid) {
+		return 0;
+	}
+	*frame = *(__u64 *)(w->tsbuf + b);
+	return 1;
+}
+
+/* Per-thread PyThreadState cache, validated on every use: task storage costs
+ * a few loads where a hash keyed by tid costs a hash and a bucket walk. */
+#define SP_FLOORS 4
+
+struct tstate_cache {
+	__u64 ts;
+	__u64 runtime; /* the _PyRuntime it belongs to (exec, another config) */
+	/* Page addresses where a frame window read ran into an unmapped page
+	 * below (data stack chunks are separate mappings): later windows of
+	 * this thread start there instead of faulting again. A stale entry
+	 * only makes a window smaller. */
+	__u64 floor[SP_FLOORS];
+	/* Lowest frame the last walk visited in each of its first stretches
+	 * (windows read one below the other). */
+	__u64 low[SP_HINTS];
+	/* Extent the last walk used around its up window's anchor. */
+	__u64 u_below, u_above;
+	__u32 next_floor;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tstate_cache);
+} tstates SEC(".maps");
+
+/* Finds the calling thread's PyThreadState and its innermost frame pointer
+ * (before the cframe hop). Returns 0 without a thread state, -1 when the
+ * frame pointer cannot be read, 1 otherwise. */
+static __always_inline int find_frame(const struct py_config *cfg, struct walk_state *w, struct tstate_cache *tc,
+				      __u32 tid, __u64 *frame)
+{
+	if (tc && tc->ts && tc->runtime == cfg->runtime && tstate_frame(cfg, w, tc->ts, tid, frame))
+		return 1;
+	__u64 ts = scan_tstate(cfg, tid);
+	if (!ts)
+		return 0;
+	if (tc) {
+		tc->ts = ts;
+		tc->runtime = cfg->runtime;
+	}
+	int err = 0;
+	*frame = rd64(ts + cfg->ts_frame, &err);
+	return err ? -1 : 1;
+}
+
+/* ---- code object classes ---- */
+
+/* Bumped by user space after it changes or deletes code_classes entries:
+ * cache entries of an older generation are ignored. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} code_gen SEC(".maps");
+
+/* Direct-mapped cache in front of code_classes: an array slot costs an index
+ * computation where the hash map costs a jhash of the key, a bucket walk and
+ * a key compare. Shared by all CPUs (a per-CPU copy would cost memory per
+ * CPU); entries are published under a per-slot sequence count, so a reader
+ * never uses a torn entry. */
+#define SP_CACHE_BITS 16
+#define SP_CACHE_SLOTS (1 << SP_CACHE_BITS)
+
+struct code_cache_ent {
+	__u64 seq;  /* odd while being written */
+	__u64 code;
+	__u64 tag;  /* pid | generation << 32 */
+	__u64 word; /* phase | alt_phase << 16 | flags << 32: 0 for a frame that matches nothing */
+	__u64 qualname;
+};
+
+/* A global rather than an array map: indexing it needs no helper call, so
+ * the walk's registers survive the lookup. */
+struct code_cache_ent code_cache[SP_CACHE_SLOTS];
+
+#define sp_barrier() asm volatile("" ::: "memory")
+#define READ_ONCE64(x) (*(volatile __u64 *)&(x))
+/* Hides a value from the compiler, so that a mask it could prove redundant
+ * stays for the verifier. */
+#define sp_opaque(x) asm volatile("" : "+r"(x))
+
+static __always_inline __u32 cache_slot(__u32 pid, __u64 code)
+{
+	return ((code ^ ((__u64)pid << 48)) * 0x9E3779B97F4A7C15ull) >> (64 - SP_CACHE_BITS);
+}
 
 struct walk_ctx {
 	struct api_event_full *full;
 	struct py_config *cfg;
 	struct walk_state *w;
+	struct tstate_cache *tc; /* or NULL */
+	__u64 tag; /* pid | generation << 32, see code_cache_ent */
 	__u32 pid;
+	__u32 cfg_flags;
 	__u32 ci; /* frame_code / 8, < SP_FRAME_WINDOW / 8 */
 	__u32 pi; /* frame_prev / 8 */
 	__u32 oi; /* frame_owner (byte), < SP_FRAME_WINDOW */
 };
 
-/* One frame of the walk; bpf_loop verifies it once whatever the depth. */
+/* The class of (c->pid, code) into *out; 0 when user space has not
+ * classified it. The seqcount protocol relies on x86's ordering of loads with
+ * loads and stores with stores (the JIT keeps program order; sp_barrier keeps
+ * the compiler's): a reader that sees the same even count before and after
+ * copying saw no write in between. Writers claim a slot with cmpxchg, so they
+ * never interleave. */
+static __always_inline int code_class_of(struct walk_ctx *c, __u64 code, struct code_class *out)
+{
+	struct code_cache_ent *e = &code_cache[cache_slot(c->pid, code)];
+	{
+		__u64 s = READ_ONCE64(e->seq);
+		sp_barrier();
+		if (!(s & 1) && e->code == code && e->tag == c->tag) {
+			__u64 word = e->word;
+			__u64 qn = e->qualname;
+			sp_barrier();
+			if (READ_ONCE64(e->seq) == s) {
+				out->phase = word;
+				out->alt_phase = word >> 16;
+				out->flags = word >> 32;
+				out->qualname = qn;
+				return 1;
+			}
+		}
+	}
+	struct code_key key = {.pid = c->pid, .code = code};
+	struct code_class *cls = bpf_map_lookup_elem(&code_classes, &key);
+	if (!cls)
+		return 0;
+	*out = *cls;
+	{
+		__u64 s = READ_ONCE64(e->seq);
+		if (!(s & 1) && __sync_val_compare_and_swap(&e->seq, s, s + 1) == s) {
+			e->code = code;
+			e->tag = c->tag;
+			e->word = out->phase | (__u64)out->alt_phase << 16 | (__u64)out->flags << 32;
+			e->qualname = out->qualname;
+			sp_barrier();
+			READ_ONCE64(e->seq) = s + 2;
+		}
+	}
+	return 1;
+}
+
+#ifdef SP_DEBUG
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 16);
+	__type(key, __u32);
+	__type(value, __u64);
+} dbg SEC(".maps");
+static __always_inline void dbg_inc(__u32 i, __u64 v)
+{
+	__u64 *p = bpf_map_lookup_elem(&dbg, &i);
+	if (p)
+		*p += v;
+}
+#define DBG(i, v) dbg_inc(i, v)
+#else
+#define DBG(i, v)
+#endif
+
+/* Closes the current stretch's record of its lowest frame. */
+static __always_inline void sp_new_stretch(struct walk_state *w)
+{
+	__u32 si = w->stretches;
+	if (si && si <= SP_HINTS)
+		w->lows[(si - 1) % SP_HINTS] = w->low;
+	w->low = ~0ull;
+	w->stretches = si + 1;
+}
+
+/* Makes the SP_UP_NEED bytes at addr available at w->buf + *offp, from the
+ * up window (ubuf, right after buf): frames and structures off the data
+ * stack. Most are on the C stack, where callers lie at higher addresses: 3.12+
+ * entry frames (one per C-to-Python call) and the 3.11/3.12 CFrame. The
+ * first such address of a walk is its anchor; the window read there spans
+ * what the thread's previous walk used around its anchor, so one read serves
+ * the whole walk when the stack is the same. Returns -1 when even the exact
+ * fields cannot be read. */
+#define SP_UP_NEED SP_FRAME_WINDOW
+static __always_inline int up_window(struct walk_ctx *c, struct walk_state *w, __u64 addr, __u64 *offp)
+{
+	__u64 x = addr - w->u_lo;
+	if (!(w->u_len >= SP_UP_NEED && x <= w->u_len - SP_UP_NEED)) {
+		__u64 lo = addr, hi = addr + SP_UP_NEED;
+		__u64 a = w->anchor;
+		if (!a) {
+			w->anchor = addr;
+			lo = addr - w->h_below;
+			hi = addr + w->h_above;
+		} else if (addr >= a - w->h_below && addr < a + w->h_above) {
+			hi = a + w->h_above;
+		}
+		if (hi < addr + SP_UP_NEED)
+			hi = addr + SP_UP_NEED;
+		if (hi - lo > SP_UWIN) {
+			lo = addr;
+			if (hi - lo > SP_UWIN)
+				hi = lo + SP_UWIN;
+		}
+		__u64 len = hi - lo;
+		sp_opaque(len);
+		if (len > SP_UWIN)
+			return -1;
+		DBG(10, 1);
+		DBG(11, len);
+		if (bpf_probe_read_user(w->ubuf, len, (void *)lo)) {
+			/* The hinted span runs into an unmapped page: this walk
+			 * goes without hints, and the next learns new ones. */
+			w->h_below = 0;
+			w->h_above = 0;
+			w->u_len = 0;
+			lo = addr;
+			len = SP_UP_NEED;
+			if (bpf_probe_read_user(w->ubuf, SP_UP_NEED, (void *)addr)) {
+				/* The frame itself may run into an unmapped
+				 * page: exact fields. */
+				__u32 ci = c->ci, pi = c->pi, oi = c->oi;
+				if (ci >= SP_FRAME_WINDOW / 8 || pi >= SP_FRAME_WINDOW / 8)
+					return -1;
+				if (bpf_probe_read_user(&w->ubuf[ci * 8], 8, (void *)(addr + ci * 8)) ||
+				    bpf_probe_read_user(&w->ubuf[pi * 8], 8, (void *)(addr + pi * 8)))
+					return -1;
+				if (oi < SP_FRAME_WINDOW)
+					bpf_probe_read_user(&w->ubuf[oi], 1, (void *)(addr + oi));
+				w->exact = 1;
+			}
+		}
+		w->u_lo = lo;
+		w->u_len = len;
+		x = addr - lo;
+	}
+	/* What this walk used around the anchor: the next walk's span. */
+	__u64 a = w->anchor;
+	if (addr < a) {
+		if (a - addr <= SP_UWIN / 2 && a - addr > w->u_below)
+			w->u_below = a - addr;
+	} else if (addr + SP_UP_NEED - a <= SP_UWIN && addr + SP_UP_NEED - a > w->u_above) {
+		w->u_above = addr + SP_UP_NEED - a;
+	}
+	if (x > SP_UWIN - SP_UP_NEED)
+		return -1;
+	w->s_addr = addr;
+	*offp = SP_WIN + x;
+	return 0;
+}
+
+/* Makes the SP_FRAME_WINDOW bytes at frame fr available at w->buf + *offp:
+ * from the down window (buf) or the up window (up_window). Returns -1 when
+ * even the exact fields cannot be read.
+ *
+ * On 3.11+ frames of one call chain lie close together in the thread's data
+ * stack, callers below: the down window is read at the first frame, and
+ * where the walk enters a new stretch of them: two frames in a row outside
+ * it, the second just below the first (the previous data stack chunk, say).
+ * Any other frame outside it comes from the up window, and the down window
+ * stays for the caller, which usually lies back in it: a 3.12+ entry frame on
+ * the C stack, or a generator's frame on the heap. */
+static __always_inline int frame_window(struct walk_ctx *c, struct walk_state *w, __u64 fr, __u64 *offp)
+{
+	__u64 off = fr - w->win_lo;
+	if (w->win_len >= SP_FRAME_WINDOW && off <= w->win_len - SP_FRAME_WINDOW) {
+		w->s_addr = 0;
+		*offp = off;
+		return 0;
+	}
+	w->exact = 0;
+	struct tstate_cache *tc = c->tc;
+	if (w->win_floor && fr < w->win_lo && w->win_lo - fr < SP_WIN) {
+		/* The walk goes on just below a window that a remembered
+		 * unmapped page cut short: that page is mapped now (the thread's
+		 * data stack was rearranged), so forget it. */
+		if (tc)
+			tc->floor[(w->win_floor - 1) % SP_FLOORS] = 0;
+		w->win_floor = 0;
+	}
+	__u64 sa = w->s_addr;
+	if (!(c->cfg_flags & SP_CFG_FRAME_OBJECT) && fr >= SP_WIN &&
+	    (!w->win_len || (fr < sa && sa - fr < SP_WIN))) {
+		/* The window that ends with this frame's: its callers usually lie
+		 * just below it. */
+		__u64 lo = fr + SP_FRAME_WINDOW - SP_WIN;
+		/* Only down to where the thread's previous walk left this
+		 * stretch, when that lies within: a walk of the same stack then
+		 * copies little more than it uses. The walk continues a stretch
+		 * when it went on just below the window. */
+		int cont = w->win_len && sa < w->win_lo && w->win_lo - sa < SP_WIN;
+		__u32 si = w->stretches - cont;
+		__u64 h = si < SP_HINTS ? w->hints[si] : 0;
+		if (h > lo + SP_HINT_SLACK && h <= fr)
+			lo = h - SP_HINT_SLACK;
+		__u32 wf = 0;
+		if (tc) {
+#pragma unroll
+			for (int i = 0; i < SP_FLOORS; i++) {
+				__u64 b = tc->floor[i];
+				if (b > lo && b <= fr) {
+					lo = b;
+					wf = i + 1;
+				}
+			}
+		}
+		__u64 len = fr + SP_FRAME_WINDOW - lo;
+		sp_opaque(len);
+		if (len > SP_WIN)
+			goto up;
+		DBG(0, 1);
+		DBG(8, len);
+#ifdef SP_TRACE
+		bpf_printk("big fr=%lx lo=%lx len=%lu", fr, lo, len);
+#endif
+		if (!bpf_probe_read_user(w->buf, len, (void *)lo)) {
+			if (!cont)
+				sp_new_stretch(w);
+			w->win_lo = lo;
+			w->win_len = len;
+			w->win_floor = wf;
+			w->s_addr = 0;
+			*offp = fr - lo;
+			return 0;
+		}
+		/* It ran into an unmapped page (below a data stack chunk):
+		 * from this frame's page only, and remember that page. */
+		__u64 plo = fr & ~(SP_PAGE - 1);
+		len = fr + SP_FRAME_WINDOW - plo;
+		sp_opaque(len);
+		DBG(1, 1);
+		if (plo > lo && len <= SP_WIN && !bpf_probe_read_user(w->buf, len, (void *)plo)) {
+			DBG(2, 1);
+			DBG(3, len);
+			if (!cont)
+				sp_new_stretch(w);
+			w->win_lo = plo;
+			w->win_len = len;
+			w->win_floor = 0;
+			w->s_addr = 0;
+			*offp = fr - plo;
+			if (tc)
+				tc->floor[tc->next_floor++ % SP_FLOORS] = plo;
+			return 0;
+		}
+		/* The window is gone (a failed read clears it). */
+		w->win_len = 0;
+	}
+up:
+	DBG(4, 1);
+#ifdef SP_TRACE
+	bpf_printk("up fr=%lx win=%lx+%lu", fr, w->u_lo, w->u_len);
+#endif
+	return up_window(c, w, fr, offp);
+}
+
+#define SP_FAST_FRAMES 32
+
+/* The common case in a tight loop: frames already in the window whose code
+ * objects are cached as matching nothing (no phase, marker or cycle), below
+ * the phase frame. It records no frame (frames[] travels only with an
+ * unknown code object, and the walk then starts over recording them all).
+ * Returns how many frames it consumed, shim frames included; it stops, for
+ * walk_step to take over, at anything else.
+ *
+ * Written for the verifier: nothing in the loop body indexes by the frame
+ * count, so the two ways through it (shim frame or not) meet in equivalent
+ * states and the loop verifies in linear time. */
+static __always_inline int walk_fast(struct walk_ctx *c, struct walk_state *w)
+{
+	__u64 fr = w->f, lo = w->win_lo, len = w->win_len;
+	__u32 n = w->n, ci = c->ci, pi = c->pi, oi = c->oi, flags = c->cfg_flags;
+	__u64 tag = c->tag;
+	__u32 pid = c->pid;
+	__u64 last = ~0ull;
+	int k;
+	if (n == 0 || n > SP_MAX_FRAMES - SP_FAST_FRAMES || len < SP_FRAME_WINDOW || ci >= SP_FRAME_WINDOW / 8 ||
+	    pi >= SP_FRAME_WINDOW / 8)
+		return 0;
+	__u64 cmask = (flags & SP_CFG_TAGGED_EXEC) ? ~3ull : ~0ull;
+	int skipo = (flags & SP_CFG_SKIP_OWNER) && oi < SP_FRAME_WINDOW;
+	__u32 ob = oi < SP_FRAME_WINDOW ? oi : 0;
+	for (k = 0; k < SP_FAST_FRAMES; k++) {
+		__u64 off = fr - lo;
+		if (!fr || off > len - SP_FRAME_WINDOW || off > SP_WIN - SP_FRAME_WINDOW)
+			break;
+		__u8 *fp = &w->buf[off];
+		__u64 code = *(__u64 *)(fp + ci * 8) & cmask;
+		__u64 prev = *(__u64 *)(fp + pi * 8);
+		if (skipo && fp[ob] >= 3) {
+			fr = prev;
+			continue;
+		}
+		struct code_cache_ent *e = &code_cache[cache_slot(pid, code)];
+		__u64 s = READ_ONCE64(e->seq);
+		sp_barrier();
+		if ((s & 1) || e->code != code || e->tag != tag || e->word)
+			break;
+		sp_barrier();
+		if (READ_ONCE64(e->seq) != s)
+			break;
+		n++;
+		last = fr;
+		fr = prev;
+	}
+	if (k) {
+		w->s_addr = 0;
+		if (last < w->low)
+			w->low = last;
+	}
+	w->f = fr;
+	w->n = n;
+	return k;
+}
+
+/* One frame of the walk (or a run of plain ones, walk_fast); bpf_loop
+ * verifies it once whatever the depth. */
 static int walk_step(__u32 i, struct walk_ctx *c)
 {
 	struct walk_state *w = c->w;
@@ -208,31 +680,34 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 	struct api_event_full *full = c->full;
 	if (w->done || !w->f)
 		return 1;
+	if (!w->phase && !w->record && walk_fast(c, w))
+		return 0;
+	if (!w->f)
+		return 1;
 	__u64 fr = w->f;
-	/* One read covers code, previous and owner of every supported layout
-	 * (all within the first 80 bytes of a frame): helper calls dominate the
-	 * per-frame cost. The offsets were checked against the window when the
-	 * process was configured (c->ci, c->pi, c->oi). */
+	/* The offsets were checked against the window when the process was
+	 * configured (c->ci, c->pi, c->oi). */
 	__u32 ci = c->ci, pi = c->pi, oi = c->oi;
 	if (ci >= SP_FRAME_WINDOW / 8 || pi >= SP_FRAME_WINDOW / 8)
 		return 1;
-	__u64 buf[SP_FRAME_WINDOW / 8];
-	if (bpf_probe_read_user(buf, sizeof(buf), (void *)fr)) {
-		/* The window may run into an unmapped page: exact reads. */
-		if (bpf_probe_read_user(&buf[ci], 8, (void *)(fr + ci * 8)) ||
-		    bpf_probe_read_user(&buf[pi], 8, (void *)(fr + pi * 8))) {
-			w->flags |= SP_PY_READ_ERR;
-			return 1;
-		}
-		if (oi < SP_FRAME_WINDOW)
-			bpf_probe_read_user((__u8 *)buf + oi, 1, (void *)(fr + oi));
+	__u64 off = 0;
+	if (frame_window(c, w, fr, &off) < 0) {
+		w->flags |= SP_PY_READ_ERR;
+		return 1;
 	}
-	__u64 code = buf[ci];
-	__u64 prev = buf[pi];
+	if (off > SP_WIN + SP_UWIN - SP_FRAME_WINDOW)
+		return 1;
+	__u8 *fp = &w->buf[off];
+	__u64 code = *(__u64 *)(fp + ci * 8);
+	__u64 prev = *(__u64 *)(fp + pi * 8);
 	w->f = prev;
-	if ((cfg->flags & SP_CFG_SKIP_OWNER) && oi < SP_FRAME_WINDOW && ((__u8 *)buf)[oi] >= 3)
+	DBG(7, 1);
+	if (fp[oi < SP_FRAME_WINDOW ? oi : 0] >= 3) DBG(9, 1);
+	if (off < SP_WIN && fr < w->low)
+		w->low = fr;
+	if ((c->cfg_flags & SP_CFG_SKIP_OWNER) && oi < SP_FRAME_WINDOW && fp[oi] >= 3)
 		return 0;
-	if (cfg->flags & SP_CFG_TAGGED_EXEC)
+	if (c->cfg_flags & SP_CFG_TAGGED_EXEC)
 		code &= ~3ull;
 	struct sp_py *py = &full->e.py;
 	__u32 n = w->n;
@@ -241,47 +716,64 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 	if (n == 0) {
 		py->leaf_code = code;
 		__u64 instr = 0;
-		if (cfg->flags & SP_CFG_FRAME_OBJECT)
-			bpf_probe_read_user(&instr, 4, (void *)(fr + cfg->frame_instr));
+		__u32 ii = cfg->frame_instr;
+		if (c->cfg_flags & SP_CFG_FRAME_OBJECT)
+			bpf_probe_read_user(&instr, 4, (void *)(fr + ii));
+		else if (ii <= SP_FRAME_WINDOW - 8 && !w->exact)
+			instr = *(__u64 *)(fp + ii);
 		else
-			bpf_probe_read_user(&instr, 8, (void *)(fr + cfg->frame_instr));
+			bpf_probe_read_user(&instr, 8, (void *)(fr + ii));
 		py->leaf_instr = instr;
 	}
 	full->frames[n & (SP_MAX_FRAMES - 1)] = code;
 	full->frame_addrs[n & (SP_MAX_FRAMES - 1)] = fr;
 	w->n = n + 1;
 
-	struct code_key key = {.pid = c->pid, .code = code};
-	struct code_class *cls = bpf_map_lookup_elem(&code_classes, &key);
-	if (!cls) {
+	struct code_class cls;
+	if (!code_class_of(c, code, &cls)) {
+		if (!w->record) {
+			/* frames[] must hold the whole walk, and walk_fast
+			 * records nothing: start over, recording. */
+			w->record = 1;
+			w->f = w->leaf;
+			w->n = 0;
+			w->match = ~0u;
+			w->phase = 0;
+			w->marker = 0;
+			w->extra = 0;
+			w->flags &= ~SP_PY_STALE;
+			py->phase_code = 0;
+			py->cycle_frame = 0;
+			return 0;
+		}
 		w->flags |= SP_PY_UNKNOWN;
 		return 0;
 	}
 	if (w->phase) {
 		/* Past the match: only looking for the cycle frame. */
-		if (cls->flags & SP_CLASS_CYCLE) {
+		if (cls.flags & SP_CLASS_CYCLE) {
 			py->cycle_frame = fr;
 			return 1;
 		}
-	} else if (cls->phase) {
-		w->phase = (cls->alt_phase && w->marker) ? cls->alt_phase : cls->phase;
+	} else if (cls.phase) {
+		w->phase = (cls.alt_phase && w->marker) ? cls.alt_phase : cls.phase;
 		w->match = n;
 		py->phase_code = code;
 		/* A reused address would carry another qualname pointer. */
-		if (cfg->code_qualname && cls->qualname) {
+		if (cfg->code_qualname && cls.qualname) {
 			__u64 qn = 0;
 			bpf_probe_read_user(&qn, 8, (void *)(code + cfg->code_qualname));
-			if (qn != cls->qualname)
+			if (qn != cls.qualname)
 				w->flags |= SP_PY_STALE;
 		}
-		if (cls->flags & SP_CLASS_CYCLE) {
+		if (cls.flags & SP_CLASS_CYCLE) {
 			py->cycle_frame = fr;
 			return 1;
 		}
-	} else if (cls->flags & SP_CLASS_CYCLE) {
+	} else if (cls.flags & SP_CLASS_CYCLE) {
 		py->cycle_frame = fr;
 	}
-	if (cls->flags & SP_CLASS_MARKER)
+	if (cls.flags & SP_CLASS_MARKER)
 		w->marker = 1;
 	if (w->phase && ++w->extra > SP_CYCLE_SEARCH)
 		return 1;
@@ -310,39 +802,96 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid)
 		py->flags = SP_PY_NO_CONFIG;
 		return 0;
 	}
-	__u64 ts = find_tstate(cfg, tid);
-	if (!ts) {
-		py->flags = SP_PY_NO_TSTATE;
-		return 0;
-	}
-	__u32 zero = 0;
-	struct walk_state *w = bpf_map_lookup_elem(&walk_scratch, &zero);
-	if (!w)
-		return 0;
-	int err = 0;
-	__u64 f = rd64(ts + cfg->ts_frame, &err);
-	if (cfg->flags & SP_CFG_CFRAME && f)
-		f = rd64(f + cfg->cframe_current, &err);
-	w->f = f;
-	w->n = 0;
-	w->match = ~0u;
-	w->phase = 0;
-	w->flags = SP_PY_WALKED | (err ? SP_PY_READ_ERR : 0);
-	w->marker = 0;
-	w->extra = 0;
-	w->done = err;
-
-	struct walk_ctx wc = {.full = full, .cfg = cfg, .w = w, .pid = pid};
 	/* Layouts whose fields fall outside the read window are refused. */
 	if (cfg->frame_code % 8 || cfg->frame_prev % 8 || cfg->frame_code > SP_FRAME_WINDOW - 8 ||
 	    cfg->frame_prev > SP_FRAME_WINDOW - 8) {
 		py->flags = SP_PY_NO_CONFIG;
 		return 0;
 	}
+	__u32 zero = 0;
+	struct walk_state *w = bpf_map_lookup_elem(&walk_scratch, &zero);
+	__u64 *gen = bpf_map_lookup_elem(&code_gen, &zero);
+	if (!w || !gen)
+		return 0;
+	/* Read before any code_classes lookup: user space bumps it after
+	 * changing the map. */
+	__u32 g = (__u32)READ_ONCE64(*gen);
+	sp_barrier();
+	__u64 f = 0;
+	struct tstate_cache *tc = bpf_task_storage_get(&tstates, bpf_get_current_task_btf(), 0,
+						       BPF_LOCAL_STORAGE_GET_F_CREATE);
+	int found = find_frame(cfg, w, tc, tid, &f);
+	if (!found) {
+		py->flags = SP_PY_NO_TSTATE;
+		return 0;
+	}
+	int err = found < 0;
+	w->u_lo = 0;
+	w->u_len = 0;
+	w->anchor = 0;
+	w->u_below = 0;
+	w->u_above = 0;
+	w->h_below = tc ? tc->u_below : 0;
+	w->h_above = tc ? tc->u_above : 0;
+	w->stretches = 0;
+	w->win_floor = 0;
+	w->low = ~0ull;
+#pragma unroll
+	for (int i = 0; i < SP_HINTS; i++) {
+		w->hints[i] = tc ? tc->low[i] : 0;
+		w->lows[i] = 0;
+	}
+	w->record = 0;
+	w->win_lo = 0;
+	w->win_len = 0;
+	w->exact = 0;
+	w->n = 0;
+	w->match = ~0u;
+	w->phase = 0;
+	w->marker = 0;
+	w->extra = 0;
+
+	struct walk_ctx wc = {.full = full, .cfg = cfg, .w = w, .tc = tc, .pid = pid, .tag = pid | (__u64)g << 32,
+			      .cfg_flags = cfg->flags};
 	wc.ci = cfg->frame_code / 8;
 	wc.pi = cfg->frame_prev / 8;
 	wc.oi = cfg->frame_owner < SP_FRAME_WINDOW ? cfg->frame_owner : SP_FRAME_WINDOW;
-	bpf_loop(SP_MAX_FRAMES, walk_step, &wc, 0);
+	if (cfg->flags & SP_CFG_CFRAME && f && !err) {
+		/* The CFrame is on the C stack, below the entry frames of
+		 * 3.12: it anchors the up window. */
+		__u64 off = 0;
+		__u32 cc = cfg->cframe_current;
+		if (cc <= SP_UP_NEED - 8 && !up_window(&wc, w, f, &off) && !w->exact &&
+		    off <= SP_WIN + SP_UWIN - SP_UP_NEED)
+			f = *(__u64 *)(&w->buf[off] + cc);
+		else
+			f = rd64(f + cc, &err);
+		w->exact = 0;
+	}
+	w->s_addr = 0;
+	w->f = f;
+	w->leaf = f;
+	w->flags = SP_PY_WALKED | (err ? SP_PY_READ_ERR : 0);
+	w->done = err;
+#if SP_EXP == 3
+	return 0;
+#endif
+#ifdef SP_TRACE
+	bpf_printk("walk f=%lx hint=%lx %lx", f, w->hints[0], w->hints[1]);
+#endif
+	/* Twice the frames: a walk that meets an unknown code object starts
+	 * over (walk_step). */
+	bpf_loop(3 * SP_MAX_FRAMES, walk_step, &wc, 0);
+	DBG(5, 1);
+	DBG(6, w->n);
+	if (tc) {
+		sp_new_stretch(w);
+#pragma unroll
+		for (int i = 0; i < SP_HINTS; i++)
+			tc->low[i] = w->lows[i];
+		tc->u_below = w->u_below;
+		tc->u_above = w->u_above;
+	}
 	__u16 flags = w->flags;
 	if (w->f && w->n >= SP_MAX_FRAMES)
 		flags |= SP_PY_TRUNCATED;
@@ -376,13 +925,47 @@ static __always_inline struct api_event_full *begin(__u32 type, __u32 api)
 	return full;
 }
 
+__u64 sp_dbg_sp;
 static __always_inline int submit(struct api_event_full *full)
 {
+#if SP_EXP == 6 || SP_EXP == 7
+	{
+		__u32 z = 0;
+		struct walk_state *ws = bpf_map_lookup_elem(&walk_scratch, &z);
+		if (ws) {
+#if SP_EXP == 6
+#pragma unroll
+			for (int j = 0; j < 10; j++)
+				bpf_probe_read_user(&ws->tsbuf[j * 8], 8, (void *)(sp_dbg_sp - 4096 + j * 64));
+#else
+			bpf_probe_read_user(ws->buf, 4096, (void *)((sp_dbg_sp & ~4095ull) - 4096));
+#endif
+		}
+	}
+#endif
+#if SP_EXP == 1
+	return 0;
+#endif
+#if SP_EXP != 2
 	sp_walk(full, full->e.h.pid, full->e.h.tid);
+#endif
 	/* Frames travel only while user space has not classified them yet
 	 * (warm-up); the common record is the fixed part alone. */
 	__u64 size = full->e.py.nframes ? sizeof(struct api_event_full) : sizeof(struct api_event);
-	if (bpf_ringbuf_output(&events, full, size, wakeup_flags()))
+	/* Whether to wake the reader is only asked every SP_WAKEUP_EVERY
+	 * records: the query reads the consumer position, a cache line the
+	 * reader keeps writing. A wakeup is due only with SP_WAKEUP_BYTES
+	 * pending, so it comes at most that many records late. */
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	__u32 zero = 0;
+	struct walk_state *w = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!w || !(w->records++ % SP_WAKEUP_EVERY))
+		flags = wakeup_flags();
+	/* Unknown code objects must be symbolized while the process lives:
+	 * hand them to user space at once. */
+	if (full->e.py.flags & SP_PY_UNKNOWN)
+		flags = BPF_RB_FORCE_WAKEUP;
+	if (bpf_ringbuf_output(&events, full, size, flags))
 		count_lost(SP_LOST_RINGBUF);
 	return 0;
 }
@@ -407,10 +990,14 @@ static __always_inline int do_launch_kernel(struct pt_regs *ctx)
 	struct api_event_full *full = begin(SP_EV_LAUNCH, SP_API_LAUNCH_KERNEL);
 	if (!full)
 		return 0;
+	/* Arguments 7 (blockDimZ), 8 (sharedMemBytes) and 9 (hStream): one read. */
+	sp_dbg_sp = PT_REGS_SP(ctx);
+	__u64 st[3] = {};
+	bpf_probe_read_user(st, sizeof(st), (void *)(PT_REGS_SP(ctx) + 8));
 	full->e.handle = PT_REGS_PARM1(ctx);
 	full->e.arg0 = pack3(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx));
-	full->e.arg1 = pack3(PT_REGS_PARM5(ctx), PT_REGS_PARM6(ctx), stack_arg(ctx, 1));
-	full->e.stream = stack_arg(ctx, 3);
+	full->e.arg1 = pack3(PT_REGS_PARM5(ctx), PT_REGS_PARM6(ctx), st[0]);
+	full->e.stream = st[2];
 	return submit(full);
 }
 
@@ -549,11 +1136,6 @@ SIMPLE(sp_nccl_group_start, SP_EV_COLL, SP_API_NCCL_GROUP_START, 0, 0, 0, 0)
 SIMPLE(sp_nccl_group_end, SP_EV_COLL, SP_API_NCCL_GROUP_END, 0, 0, 0, 0)
 
 /* ---- process lifecycle and library discovery ---- */
-
-struct task_struct {
-	int pid;
-	int tgid;
-} __attribute__((preserve_access_index));
 
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(sp_fork, struct task_struct *parent, struct task_struct *child)
