@@ -39,6 +39,9 @@ for g in on off; do
   "$PY" bench/gpu/check_phases.py "/tmp/cev-$g.jsonl" "/tmp/cwin-$g.json" >> "$f" 2>&1; echo "phase check exit: $?" >> "$f"
   prof=$("$PY" bench/gpu/spec_loop.py --graphs "$g" --cycles 300 --profile | "$PY" -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["profiler_kernels"])')
   "$PY" bench/gpu/check_cupti.py "/tmp/cev-$g.jsonl" "/tmp/cwin-$g.json" "$prof" >> "$f" 2>&1; echo "cupti check exit: $?" >> "$f"
+  echo "--- per-phase GPU time: specprof vs CUDA events (separate run):" >> "$f"
+  "$PY" bench/gpu/spec_loop.py --graphs "$g" --cycles 300 --cuda-events > "/tmp/evt-$g.json"
+  "$PY" bench/gpu/compare_gpu_time.py "/tmp/cu-$g/report.json" "/tmp/evt-$g.json" >> "$f" 2>&1
 done
 "$B" run -q --interval 0 -o "$OUT/sglang" -- "$PY" testdata/workloads/sglang_demo.py --cycles 200 --mode graph --extra-thread \
   > "$OUT/sglang-shaped.txt" 2>&1

@@ -19,15 +19,24 @@ import time
 import torch
 
 WINDOWS = []
+EVENTS = []  # (phase, start event, end event) when --cuda-events: the ground truth run
+CUDA_EVENTS = False
 
 
 def window(name):
     def deco(fn):
         def wrapped(*a, **k):
             t0 = time.monotonic_ns()
+            if CUDA_EVENTS:
+                ev0 = torch.cuda.Event(enable_timing=True)
+                ev0.record()
             try:
                 return fn(*a, **k)
             finally:
+                if CUDA_EVENTS:
+                    ev1 = torch.cuda.Event(enable_timing=True)
+                    ev1.record()
+                    EVENTS.append((name, ev0, ev1))
                 WINDOWS.append((name, threading.get_native_id(), t0, time.monotonic_ns()))
         wrapped.__name__ = fn.__name__
         wrapped.__qualname__ = fn.__qualname__ + ".<timed>"
@@ -128,13 +137,17 @@ def main():
     ap.add_argument("--graphs", choices=["on", "off"], default="on")
     ap.add_argument("--windows", default="")
     ap.add_argument("--profile", action="store_true", help="count the loop's kernels with torch.profiler")
+    ap.add_argument("--cuda-events", action="store_true",
+                    help="ground truth: CUDA events around each phase, mean GPU ms per phase per cycle")
     args = ap.parse_args()
+    global CUDA_EVENTS
     with torch.inference_mode():
         w = SpecWorker(args.steps, args.graphs == "on")
         for _ in range(5):
             w.forward_batch_generation()
         torch.cuda.synchronize()
         WINDOWS.clear()
+        CUDA_EVENTS = args.cuda_events
         toks = 0
         prof = None
         if args.profile:
@@ -146,6 +159,12 @@ def main():
         torch.cuda.synchronize()
         dt = time.monotonic() - t0
     out = {"cycles": args.cycles, "tokens": toks, "tok_s": toks / dt, "graphs": args.graphs}
+    if args.cuda_events:
+        torch.cuda.synchronize()
+        per = {}
+        for name, e0, e1 in EVENTS:
+            per.setdefault(name, []).append(e0.elapsed_time(e1))
+        out["cuda_event_ms"] = {k: sum(v) / len(v) for k, v in per.items()}
     if prof is not None:
         prof.__exit__(None, None, None)
         kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
