@@ -120,7 +120,6 @@ func (a *Agent) resolve(p *process, e *bpf.APIEvent) (uint16, uint64) {
 		// The matched code object was freed and its address reused: drop
 		// what we published and classify again.
 		a.rep.Loss.Stale++
-		delete(p.classes, py.PhaseCode)
 		a.pr.ForgetCode(p.pid)
 		p.classes = map[uint64]phase.Class{}
 		return 0, 0
