@@ -43,7 +43,7 @@ type Options struct {
 	OnAPI    func(*APIRecord)    // optional: every driver-API record from CUPTI
 	// GPUHorizon is how late CUPTI records may arrive after the launch
 	// (default 2 s); LaunchSlack how long before a CUPTI API record's start
-	// its uprobe may fire (default 500 µs: the trap and, while code objects
+	// its uprobe may fire (default 2 ms: the trap, preemption and, while code objects
 	// are still being classified, the frame walk precede the driver's
 	// own entry callback).
 	GPUHorizon  time.Duration
@@ -109,7 +109,7 @@ func New(pr Probes, opts Options) (*Agent, error) {
 	}
 	a.rep = Report{Preset: opts.Preset.Name, Phases: a.matchers[false].Phases(), Start: time.Now()}
 	if a.opts.LaunchSlack == 0 {
-		a.opts.LaunchSlack = 500 * time.Microsecond
+		a.opts.LaunchSlack = 2 * time.Millisecond
 	}
 	if err := a.newJoiner(); err != nil {
 		return nil, fmt.Errorf("create GPU joiner: %w", err)

@@ -298,13 +298,14 @@ func checkGPUBusy(t *testing.T, truthPath string, rep *agent.Report) {
 	}
 	// A launch whose uprobe fired more than the join slack before its CUPTI
 	// API record started (the thread was preempted in between) stays
+	// (at most 1 % or 2 kernels of a phase)
 	// unmatched: counted, never misattributed. Allow that, bounded.
 	var missing int64
 	for k, xs := range iv {
 		n := int64(len(xs))
 		want := union(xs)
 		g := got[k]
-		if g[0] > want || g[1] > n || g[1] < n*99/100 {
+		if g[0] > want || g[1] > n || n-g[1] > max(n/100, 2) {
 			t.Errorf("tid %d %s: GPU busy %d ns over %d kernels, simulated %d ns over %d kernels", k.tid, k.tag, g[0], g[1], want, n)
 		}
 		missing += n - g[1]

@@ -372,6 +372,9 @@ static const struct {
     {K_MEMCPY, SPC_KIND_MEMCPY, "MEMCPY"},
     {K_MEMSET, SPC_KIND_MEMSET, "MEMSET"},
     {K_API, SPC_KIND_DRIVER, "DRIVER"},
+    /* torch launches through the runtime: its kernels carry the runtime
+     * call's correlation id, so runtime API records are needed to join. */
+    {K_API, SPC_KIND_RUNTIME, "RUNTIME"},
     {K_SYNC, SPC_KIND_SYNCHRONIZATION, "SYNCHRONIZATION"},
     {K_OVERHEAD, SPC_KIND_OVERHEAD, "OVERHEAD"},
 };
@@ -686,7 +689,8 @@ static int convert(const struct spc_activity *a, size_t size) {
                                .flags = m->flags};
         return out_record(SPW_MEMSET, 0, &w, sizeof w, NULL, 0);
     }
-    case SPC_KIND_DRIVER: {
+    case SPC_KIND_DRIVER:
+    case SPC_KIND_RUNTIME: {
         if (size < sizeof(struct spc_api)) {
             layout_mismatch(a->kind, size, sizeof(struct spc_api));
             return 0;
@@ -699,7 +703,7 @@ static int convert(const struct spc_activity *a, size_t size) {
                             .tid = r->threadId,
                             .correlationID = r->correlationId,
                             .result = r->returnValue,
-                            .domain = SPW_DOMAIN_DRIVER};
+                            .domain = a->kind == SPC_KIND_RUNTIME ? SPW_DOMAIN_RUNTIME : SPW_DOMAIN_DRIVER};
         return out_record(SPW_API, 0, &w, sizeof w, NULL, 0);
     }
     case SPC_KIND_SYNCHRONIZATION: {

@@ -63,6 +63,7 @@ enum {
     KIND_MEMCPY = 1,
     KIND_MEMSET = 2,
     KIND_DRIVER = 4,
+    KIND_RUNTIME = 5, /* accepted; the stand-in has no runtime API, so none is produced */
     KIND_CONCURRENT_KERNEL = 10,
     KIND_OVERHEAD = 17,
     KIND_SYNCHRONIZATION = 38,
@@ -101,6 +102,7 @@ static size_t rec_size(uint32_t kind) {
     case KIND_MEMSET:
         return sizeof(struct mock_memset4);
     case KIND_DRIVER:
+    case KIND_RUNTIME:
         return sizeof(struct mock_api);
     case KIND_SYNCHRONIZATION:
         return cfg.layout >= LAYOUT_12_8 ? sizeof(struct mock_sync2) : sizeof(struct mock_sync);
