@@ -41,6 +41,14 @@ type Options struct {
 	OnEvent  func(*Event)        // optional: every attributed call, in arrival order
 	OnKernel func(*KernelRecord) // optional: every GPU kernel record from CUPTI
 	OnAPI    func(*APIRecord)    // optional: every driver-API record from CUPTI
+	// OnCycle receives every closed cycle's timeline once its GPU side is
+	// final (exporters: OTLP, Perfetto, pprof). Detail adds the individual
+	// GPU records (GPUActivity) to it; without it only per-phase figures,
+	// collectives and syncs travel.
+	OnCycle func(*CycleTrace)
+	Detail  bool
+	// OnSample receives the CPU sampler's samples, symbolized.
+	OnSample func(*CPUSample)
 	// GPUHorizon is how late CUPTI records may arrive after the launch
 	// (default 2 s); LaunchSlack how long before a CUPTI API record's start
 	// its uprobe may fire (default 2 ms: the trap, preemption and, while code objects
