@@ -54,6 +54,9 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "debug logging")
 	fl.StringVar(&f.cupti, "cupti", "auto", "GPU-side records through the injected CUPTI library: auto (when the library is found), on, off")
 	fl.StringVar(&f.cuptiLib, "cupti-lib", "", "path of libspecprof_cupti.so (default: next to the specprof executable)")
+	for _, k := range sinkKinds {
+		k.flags(fl)
+	}
 	fl.StringVar(&f.spec, "spec-metrics", "log", "accept length and tok/s: 'log' (the target's Decode batch / SpecDecoding log lines; run only), a Prometheus URL (http://host:port/metrics), or 'off'")
 }
 
@@ -82,6 +85,10 @@ type session struct {
 	specCancel context.CancelFunc
 	scraper    *specmetrics.Scraper
 	specSaid   bool
+
+	sinks  []sink
+	clock  agent.Clock // monotonic → wall, measured once for every sink
+	detail bool        // a sink wants individual GPU records (agent.Options.Detail)
 }
 
 func newSession(f *sessionFlags, out io.Writer) (*session, error) {
@@ -130,6 +137,30 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		opts.OnEvent = s.evEnc.write
 		opts.OnKernel = s.evEnc.kernel
 		opts.OnAPI = s.evEnc.api
+	}
+	s.clock = agent.NewClock()
+	for _, k := range sinkKinds {
+		sk, err := k.make(s)
+		if err != nil {
+			tr.Close()
+			return nil, fmt.Errorf("set up %s output: %w", k.name, err)
+		}
+		if sk != nil {
+			s.sinks = append(s.sinks, sk)
+		}
+	}
+	opts.Detail = s.detail
+	if len(s.sinks) > 0 {
+		opts.OnCycle = func(c *agent.CycleTrace) {
+			for _, sk := range s.sinks {
+				sk.cycle(c)
+			}
+		}
+		opts.OnSample = func(c *agent.CPUSample) {
+			for _, sk := range s.sinks {
+				sk.sample(c)
+			}
+		}
 	}
 	s.ag, err = agent.New(tr, opts)
 	if err != nil {
@@ -211,6 +242,15 @@ func (s *session) finish() error {
 		return err
 	}
 	fmt.Fprintf(s.out, "report: %s\n", path)
+	for _, sk := range s.sinks {
+		files, err := sk.finish(r, s.outDir)
+		for _, f := range files {
+			fmt.Fprintf(s.out, "wrote: %s\n", f)
+		}
+		if err != nil {
+			fmt.Fprintf(s.out, "specprof: %v\n", err)
+		}
+	}
 	if s.evFile != nil {
 		s.evEnc.flush()
 		s.evFile.Close()

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/specprof/specprof/agent"
+)
+
+// sink is one output of a session beyond the terminal table and the JSON
+// report: OTLP traces, pprof profiles, the Perfetto timeline, Prometheus.
+// Each lives in its own file and registers a sinkKind in init.
+type sink interface {
+	// cycle receives every closed cycle (under the session lock; it must
+	// not block: queue and return).
+	cycle(c *agent.CycleTrace)
+	// sample receives every CPU sample (same rules).
+	sample(s *agent.CPUSample)
+	// finish writes or flushes what the sink holds, once the session has
+	// ended; r is the final report and outDir the session's directory.
+	// It returns the files it wrote, for the closing lines.
+	finish(r *agent.Report, outDir string) ([]string, error)
+}
+
+// sinkKind is a kind of sink: its flags and its constructor, which returns
+// nil when the flags leave it off.
+type sinkKind struct {
+	name  string
+	flags func(fl *pflag.FlagSet)
+	make  func(s *session) (sink, error)
+}
+
+var sinkKinds []sinkKind
+
+func registerSink(k sinkKind) { sinkKinds = append(sinkKinds, k) }
