@@ -238,38 +238,47 @@ type specprofTstateCache struct {
 }
 
 type specprofWalkState struct {
-	_         structs.HostLayout
-	F         uint64
-	Low       uint64
-	Lows      [4]uint64
-	Hints     [4]uint64
-	WinLo     uint64
-	WinLen    uint64
-	N         uint32
-	Match     uint32
-	Phase     uint16
-	Flags     uint16
-	Marker    uint32
-	Extra     uint32
-	Done      uint32
-	Records   uint32
-	Exact     uint32
-	Record    uint32
-	_         [4]byte
-	Leaf      uint64
-	S_addr    uint64
-	U_lo      uint64
-	U_len     uint64
-	Anchor    uint64
-	U_below   uint64
-	U_above   uint64
-	H_below   uint64
-	H_above   uint64
-	Stretches uint32
-	WinFloor  uint32
-	Tsbuf     [256]uint8
-	Buf       [16384]uint8
-	Ubuf      [8192]uint8
+	_           structs.HostLayout
+	F           uint64
+	Leaf        uint64
+	N           uint32
+	Match       uint32
+	Phase       uint16
+	Flags       uint16
+	Marker      uint32
+	Extra       uint32
+	Done        uint32
+	Record      uint32
+	Exact       uint32
+	Records     uint32
+	_           [4]byte
+	Cmask       uint64
+	WinLo       uint64
+	WinLen      uint64
+	Stretches   uint32
+	WinFloor    uint32
+	Low         uint64
+	Lows        [4]uint64
+	Hints       [4]uint64
+	Floor       [4]uint64
+	NextFloor   uint32
+	FloorsDirty uint32
+	U_lo        uint64
+	U_len       uint64
+	S_addr      uint64
+	Anchor      uint64
+	U_below     uint64
+	U_above     uint64
+	H_below     uint64
+	H_above     uint64
+	T_lo        uint64
+	T_hi        uint64
+	T_wf        uint32
+	Pad         uint32
+	Tsbuf       [256]uint8
+	Buf         [16384]uint8
+	Ubuf        [8192]uint8
+	Slack       [128]uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -320,7 +329,6 @@ const (
 	specprofProgSpStreamSyncRet     = "sp_stream_sync_ret"
 	specprofProgSpStreamWaitEvent   = "sp_stream_wait_event"
 	specprofVarCodeCache            = "code_cache"
-	specprofVarSpDbgSp              = "sp_dbg_sp"
 	specprofVarUnusedApiEvent       = "unused_api_event"
 	specprofVarUnusedApiEventFull   = "unused_api_event_full"
 	specprofVarUnusedLibEvent       = "unused_lib_event"
@@ -433,7 +441,6 @@ type specprofMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type specprofVariableSpecs struct {
 	CodeCache          *ebpf.VariableSpec `ebpf:"code_cache"`
-	SpDbgSp            *ebpf.VariableSpec `ebpf:"sp_dbg_sp"`
 	UnusedApiEvent     *ebpf.VariableSpec `ebpf:"unused_api_event"`
 	UnusedApiEventFull *ebpf.VariableSpec `ebpf:"unused_api_event_full"`
 	UnusedLibEvent     *ebpf.VariableSpec `ebpf:"unused_lib_event"`
@@ -502,7 +509,6 @@ func (m *specprofMaps) Close() error {
 // It can be passed to loadSpecprofObjects or ebpf.CollectionSpec.LoadAndAssign.
 type specprofVariables struct {
 	CodeCache          *ebpf.Variable `ebpf:"code_cache"`
-	SpDbgSp            *ebpf.Variable `ebpf:"sp_dbg_sp"`
 	UnusedApiEvent     *ebpf.Variable `ebpf:"unused_api_event"`
 	UnusedApiEventFull *ebpf.Variable `ebpf:"unused_api_event_full"`
 	UnusedLibEvent     *ebpf.Variable `ebpf:"unused_lib_event"`

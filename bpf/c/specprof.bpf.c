@@ -10,9 +10,6 @@
 #include <bpf/bpf_core_read.h>
 #include "events.h"
 #include "api.h"
-#ifndef SP_EXP
-#define SP_EXP 0
-#endif
 
 #ifndef PT_REGS_PARM6
 /* libbpf < 1.2 stops at the fifth argument; the sixth is in r9 (SysV). */
@@ -40,12 +37,9 @@ const enum sp_track_flags *unused_sp_track_flags __attribute__((unused));
 const enum sp_class_flags *unused_sp_class_flags __attribute__((unused));
 const enum sp_lost *unused_sp_lost __attribute__((unused));
 
-#ifndef SP_RB_SIZE
-#define SP_RB_SIZE (8 << 20)
-#endif
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, SP_RB_SIZE);
+	__uint(max_entries, 8 << 20);
 } events SEC(".maps");
 
 /* Processes we follow (tgid -> sp_track_flags). */
@@ -103,9 +97,7 @@ struct {
 /* Waking the reader for every record costs the traced thread an IPI and a
  * context switch on the hot path; wake it only once a batch is pending (the
  * reader also polls on a short timer). */
-#ifndef SP_WAKEUP_BYTES
 #define SP_WAKEUP_BYTES (256 << 10)
-#endif
 
 #define SP_WAKEUP_EVERY 16
 
@@ -152,9 +144,12 @@ static __always_inline int tstate_is(const struct py_config *cfg, __u64 ts, __u3
 
 #define SP_MAX_THREADS 128
 
-/* Scans the interpreter's thread list for tid's thread state. */
-static __always_inline __u64 scan_tstate(const struct py_config *cfg, __u32 tid)
+/* Scans the interpreter's thread list for tid's thread state. Global, so
+ * that the verifier checks the loop once rather than on every path to it. */
+__noinline __u64 scan_tstate(const struct py_config *cfg, __u32 tid)
 {
+	if (!cfg)
+		return 0;
 	int err = 0;
 	__u64 interp = rd64(cfg->runtime + cfg->interp_head, &err);
 	if (err || !interp)
@@ -168,30 +163,27 @@ static __always_inline __u64 scan_tstate(const struct py_config *cfg, __u32 tid)
 	return 0;
 }
 
-#define SP_TS_WINDOW 256 /* thread identity and frame pointer, read together */
-#define SP_FRAME_WINDOW 80
-/* Frames of one call chain (3.11+) lie close together in the thread's data
- * stack: one read of this many bytes ending at a frame usually covers many of
- * its callers. */
-#ifndef SP_WIN_SHIFT
-#define SP_WIN_SHIFT 14
-#endif
-#define SP_HINT_SLACK 256
+#define SP_TS_WINDOW 256   /* thread identity and frame pointer, read together */
+#define SP_FRAME_WINDOW 80 /* the bytes of a frame the walk needs (code, previous, owner) */
+#define SP_UP_NEED SP_FRAME_WINDOW
+/* Frame windows (see sp_frame_at). The down window: frames of one call chain
+ * (3.11+) lie close together in the thread's data stack, callers below, so
+ * one read ending at a frame usually covers many of its callers. */
+#define SP_WIN (16 << 10)
+/* The up window: entry frames and the CFrame on the C stack, callers above. */
 #define SP_UWIN (8 << 10)
-#define SP_HINTS 4
-#define SP_WIN (1 << SP_WIN_SHIFT)
+#define SP_UMAX (256 << 10) /* the up window's hinted span, read SP_UWIN at a time */
+#define SP_HINT_SLACK 256   /* read below where the previous walk went */
+#define SP_HINTS 4          /* stretches of the data stack remembered per thread */
+#define SP_FLOORS 4         /* unmapped pages remembered per thread */
 #define SP_PAGE 4096ull
 
 /* Walk state lives in map memory rather than registers: the verifier then
  * sees unknown scalars instead of a product of branch outcomes, and the
  * bounded loop verifies in linear time. */
 struct walk_state {
-	__u64 f;
-	__u64 low;             /* lowest frame visited in the current stretch */
-	__u64 lows[SP_HINTS];  /* low of each stretch so far (the next hints) */
-	__u64 hints[SP_HINTS]; /* the thread's previous walk's lows */
-	__u64 win_lo;   /* user address of buf[0] */
-	__u64 win_len; /* bytes of buf copied from win_lo; 0 when none */
+	__u64 f;    /* next frame */
+	__u64 leaf; /* innermost frame, where a second pass starts */
 	__u32 n;
 	__u32 match;
 	__u16 phase;
@@ -199,21 +191,35 @@ struct walk_state {
 	__u32 marker;
 	__u32 extra;
 	__u32 done;
+	__u32 record;  /* second pass: every frame goes to frames[] */
+	__u32 exact;   /* the last frame's fields were read one by one */
 	__u32 records; /* API records submitted on this CPU (wakeup checks) */
-	__u32 exact;  /* buf holds only the fields read one by one */
-	__u32 record; /* second pass: every frame goes to frames[] */
-	__u64 leaf;   /* innermost frame, where a second pass starts */
-	__u64 s_addr; /* frame last served from ubuf; 0 once back in buf */
-	__u64 u_lo;   /* user address of ubuf[0] */
-	__u64 u_len;  /* bytes of ubuf copied from u_lo; 0 when none */
-	__u64 anchor; /* first address the walk took from ubuf, or 0 */
+	__u64 cmask;   /* code pointer mask (3.14 tags it) */
+	/* The down window: buf holds [win_lo, win_lo + win_len). */
+	__u64 win_lo;
+	__u64 win_len;
+	__u32 stretches; /* stretches of contiguous windows read so far */
+	__u32 win_floor; /* 1 + the floor that bounded the window, or 0 */
+	__u64 low;             /* lowest frame visited in the current stretch */
+	__u64 lows[SP_HINTS];  /* low of each stretch so far (the next hints) */
+	__u64 hints[SP_HINTS]; /* the thread's previous walk's lows */
+	__u64 floor[SP_FLOORS]; /* tstate_cache.floor, copied for sp_frame_at */
+	__u32 next_floor;
+	__u32 floors_dirty; /* floor changed: copy it back */
+	/* The up window: ubuf holds [u_lo, u_lo + u_len). */
+	__u64 u_lo;
+	__u64 u_len;
+	__u64 s_addr;           /* last frame outside the down window; 0 once back */
+	__u64 anchor;           /* first address the walk took from ubuf, or 0 */
 	__u64 u_below, u_above; /* extent it used around the anchor */
 	__u64 h_below, h_above; /* the thread's previous walk's */
-	__u32 stretches; /* stretches of contiguous windows read so far */
-	__u32 win_floor; /* 1 + the tstate_cache.floor that bounded the window, or 0 */
+	__u64 t_lo, t_hi;       /* sp_frame_at's scratch (see there) */
+	__u32 t_wf;
+	__u32 _pad;
 	__u8 tsbuf[SP_TS_WINDOW];
-	__u8 buf[SP_WIN];  /* the down window */
+	__u8 buf[SP_WIN];   /* the down window */
 	__u8 ubuf[SP_UWIN]; /* the up window; must follow buf */
+	__u8 _slack[128];   /* walk_fast's owner byte reads may reach past ubuf */
 };
 
 struct {
@@ -258,7 +264,6 @@ static __always_inline int tstate_frame(const struct py_config *cfg, struct walk
 
 /* Per-thread PyThreadState cache, validated on every use: task storage costs
  * a few loads where a hash keyed by tid costs a hash and a bucket walk. */
-#define SP_FLOORS 4
 
 struct tstate_cache {
 	__u64 ts;
@@ -350,13 +355,13 @@ struct walk_ctx {
 	struct api_event_full *full;
 	struct py_config *cfg;
 	struct walk_state *w;
-	struct tstate_cache *tc; /* or NULL */
 	__u64 tag; /* pid | generation << 32, see code_cache_ent */
 	__u32 pid;
 	__u32 cfg_flags;
 	__u32 ci; /* frame_code / 8, < SP_FRAME_WINDOW / 8 */
 	__u32 pi; /* frame_prev / 8 */
 	__u32 oi; /* frame_owner (byte), < SP_FRAME_WINDOW */
+	__u64 layout; /* for sp_frame_at */
 };
 
 /* The class of (c->pid, code) into *out; 0 when user space has not
@@ -403,23 +408,6 @@ static __always_inline int code_class_of(struct walk_ctx *c, __u64 code, struct 
 	return 1;
 }
 
-#ifdef SP_DEBUG
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 16);
-	__type(key, __u32);
-	__type(value, __u64);
-} dbg SEC(".maps");
-static __always_inline void dbg_inc(__u32 i, __u64 v)
-{
-	__u64 *p = bpf_map_lookup_elem(&dbg, &i);
-	if (p)
-		*p += v;
-}
-#define DBG(i, v) dbg_inc(i, v)
-#else
-#define DBG(i, v)
-#endif
 
 /* Closes the current stretch's record of its lowest frame. */
 static __always_inline void sp_new_stretch(struct walk_state *w)
@@ -431,146 +419,88 @@ static __always_inline void sp_new_stretch(struct walk_state *w)
 	w->stretches = si + 1;
 }
 
-/* Makes the SP_UP_NEED bytes at addr available at w->buf + *offp, from the
- * up window (ubuf, right after buf): frames and structures off the data
- * stack. Most are on the C stack, where callers lie at higher addresses: 3.12+
- * entry frames (one per C-to-Python call) and the 3.11/3.12 CFrame. The
- * first such address of a walk is its anchor; the window read there spans
- * what the thread's previous walk used around its anchor, so one read serves
- * the whole walk when the stack is the same. Returns -1 when even the exact
- * fields cannot be read. */
-#define SP_UP_NEED SP_FRAME_WINDOW
-static __always_inline int up_window(struct walk_ctx *c, struct walk_state *w, __u64 addr, __u64 *offp)
-{
-	__u64 x = addr - w->u_lo;
-	if (!(w->u_len >= SP_UP_NEED && x <= w->u_len - SP_UP_NEED)) {
-		__u64 lo = addr, hi = addr + SP_UP_NEED;
-		__u64 a = w->anchor;
-		if (!a) {
-			w->anchor = addr;
-			lo = addr - w->h_below;
-			hi = addr + w->h_above;
-		} else if (addr >= a - w->h_below && addr < a + w->h_above) {
-			hi = a + w->h_above;
-		}
-		if (hi < addr + SP_UP_NEED)
-			hi = addr + SP_UP_NEED;
-		if (hi - lo > SP_UWIN) {
-			lo = addr;
-			if (hi - lo > SP_UWIN)
-				hi = lo + SP_UWIN;
-		}
-		__u64 len = hi - lo;
-		sp_opaque(len);
-		if (len > SP_UWIN)
-			return -1;
-		DBG(10, 1);
-		DBG(11, len);
-		if (bpf_probe_read_user(w->ubuf, len, (void *)lo)) {
-			/* The hinted span runs into an unmapped page: this walk
-			 * goes without hints, and the next learns new ones. */
-			w->h_below = 0;
-			w->h_above = 0;
-			w->u_len = 0;
-			lo = addr;
-			len = SP_UP_NEED;
-			if (bpf_probe_read_user(w->ubuf, SP_UP_NEED, (void *)addr)) {
-				/* The frame itself may run into an unmapped
-				 * page: exact fields. */
-				__u32 ci = c->ci, pi = c->pi, oi = c->oi;
-				if (ci >= SP_FRAME_WINDOW / 8 || pi >= SP_FRAME_WINDOW / 8)
-					return -1;
-				if (bpf_probe_read_user(&w->ubuf[ci * 8], 8, (void *)(addr + ci * 8)) ||
-				    bpf_probe_read_user(&w->ubuf[pi * 8], 8, (void *)(addr + pi * 8)))
-					return -1;
-				if (oi < SP_FRAME_WINDOW)
-					bpf_probe_read_user(&w->ubuf[oi], 1, (void *)(addr + oi));
-				w->exact = 1;
-			}
-		}
-		w->u_lo = lo;
-		w->u_len = len;
-		x = addr - lo;
-	}
-	/* What this walk used around the anchor: the next walk's span. */
-	__u64 a = w->anchor;
-	if (addr < a) {
-		if (a - addr <= SP_UWIN / 2 && a - addr > w->u_below)
-			w->u_below = a - addr;
-	} else if (addr + SP_UP_NEED - a <= SP_UWIN && addr + SP_UP_NEED - a > w->u_above) {
-		w->u_above = addr + SP_UP_NEED - a;
-	}
-	if (x > SP_UWIN - SP_UP_NEED)
-		return -1;
-	w->s_addr = addr;
-	*offp = SP_WIN + x;
-	return 0;
-}
+/* sp_frame_at's layout argument: cfg flags | ci << 32 | pi << 40 | oi << 48. */
+#define SP_AT_UP (1ull << 63) /* from the up window only */
 
-/* Makes the SP_FRAME_WINDOW bytes at frame fr available at w->buf + *offp:
- * from the down window (buf) or the up window (up_window). Returns -1 when
- * even the exact fields cannot be read.
+/* Makes the SP_FRAME_WINDOW bytes at frame fr available at w->buf + the
+ * returned offset, or returns -1 when even the exact fields cannot be read.
+ * Global, so that the verifier checks it once rather than on every path
+ * that reaches it.
  *
- * On 3.11+ frames of one call chain lie close together in the thread's data
- * stack, callers below: the down window is read at the first frame, and
- * where the walk enters a new stretch of them: two frames in a row outside
- * it, the second just below the first (the previous data stack chunk, say).
- * Any other frame outside it comes from the up window, and the down window
- * stays for the caller, which usually lies back in it: a 3.12+ entry frame on
- * the C stack, or a generator's frame on the heap. */
-static __always_inline int frame_window(struct walk_ctx *c, struct walk_state *w, __u64 fr, __u64 *offp)
+ * Frames come from two windows, each filled by one read and consulted
+ * before anything is read again:
+ *
+ * - The down window (buf), for 3.11+ frames in the thread's data stack,
+ *   where the frames of one call chain lie close together, callers below.
+ *   It is read at the first frame and where the walk enters a new stretch of
+ *   frames: two frames in a row outside both windows, the second just below
+ *   the first (the previous data stack chunk, say). It ends with the frame's
+ *   window and reaches down SP_WIN bytes, or only as far as the thread's
+ *   previous walk went in this stretch, or to a page that faulted before.
+ *
+ * - The up window (ubuf), for anything else: 3.12+ entry frames and the
+ *   3.11/3.12 CFrame on the C stack (callers at higher addresses), frames of
+ *   generators on the heap, 3.10's frame objects. The first address a walk
+ *   takes from it is the anchor; the read there spans what the thread's
+ *   previous walk used around its anchor, SP_UWIN at a time, so that the
+ *   entry frames of a whole walk usually come from one or two reads. */
+__noinline long sp_frame_at(struct walk_state *w, __u64 fr, __u64 layout)
 {
+	if (!w)
+		return -1;
+	__u32 flags = (__u32)layout;
+	__u32 ci = (layout >> 32) & 0xff, pi = (layout >> 40) & 0xff, oi = (layout >> 48) & 0xff;
+	if (ci >= SP_FRAME_WINDOW / 8 || pi >= SP_FRAME_WINDOW / 8)
+		return -1;
+	w->exact = 0;
+	if (layout & SP_AT_UP)
+		goto up;
 	__u64 off = fr - w->win_lo;
 	if (w->win_len >= SP_FRAME_WINDOW && off <= w->win_len - SP_FRAME_WINDOW) {
 		w->s_addr = 0;
-		*offp = off;
-		return 0;
+		return off & (SP_WIN - 1);
 	}
-	w->exact = 0;
-	struct tstate_cache *tc = c->tc;
+	__u64 x = fr - w->u_lo;
+	if (w->u_len >= SP_UP_NEED && x <= w->u_len - SP_UP_NEED)
+		goto up_hit;
 	if (w->win_floor && fr < w->win_lo && w->win_lo - fr < SP_WIN) {
 		/* The walk goes on just below a window that a remembered
 		 * unmapped page cut short: that page is mapped now (the thread's
 		 * data stack was rearranged), so forget it. */
-		if (tc)
-			tc->floor[(w->win_floor - 1) % SP_FLOORS] = 0;
+		w->floor[(w->win_floor - 1) % SP_FLOORS] = 0;
+		w->floors_dirty = 1;
 		w->win_floor = 0;
 	}
 	__u64 sa = w->s_addr;
-	if (!(c->cfg_flags & SP_CFG_FRAME_OBJECT) && fr >= SP_WIN &&
-	    (!w->win_len || (fr < sa && sa - fr < SP_WIN))) {
-		/* The window that ends with this frame's: its callers usually lie
-		 * just below it. */
+	if (!(flags & SP_CFG_FRAME_OBJECT) && fr >= SP_WIN && (!w->win_len || (fr < sa && sa - fr < SP_WIN))) {
 		__u64 lo = fr + SP_FRAME_WINDOW - SP_WIN;
-		/* Only down to where the thread's previous walk left this
-		 * stretch, when that lies within: a walk of the same stack then
-		 * copies little more than it uses. The walk continues a stretch
-		 * when it went on just below the window. */
+		/* The walk continues a stretch when it went on just below the
+		 * window. */
 		int cont = w->win_len && sa < w->win_lo && w->win_lo - sa < SP_WIN;
 		__u32 si = w->stretches - cont;
 		__u64 h = si < SP_HINTS ? w->hints[si] : 0;
 		if (h > lo + SP_HINT_SLACK && h <= fr)
 			lo = h - SP_HINT_SLACK;
 		__u32 wf = 0;
-		if (tc) {
 #pragma unroll
-			for (int i = 0; i < SP_FLOORS; i++) {
-				__u64 b = tc->floor[i];
-				if (b > lo && b <= fr) {
-					lo = b;
-					wf = i + 1;
-				}
+		for (int i = 0; i < SP_FLOORS; i++) {
+			__u64 b = w->floor[i];
+			if (b > lo && b <= fr) {
+				lo = b;
+				wf = i + 1;
 			}
 		}
+		/* Through memory: the verifier then forgets which way the
+		 * choices above went and checks what follows once. */
+		w->t_lo = lo;
+		w->t_wf = wf;
+		sp_barrier();
+		lo = READ_ONCE64(w->t_lo);
+		wf = *(volatile __u32 *)&w->t_wf;
 		__u64 len = fr + SP_FRAME_WINDOW - lo;
 		sp_opaque(len);
 		if (len > SP_WIN)
 			goto up;
-		DBG(0, 1);
-		DBG(8, len);
-#ifdef SP_TRACE
-		bpf_printk("big fr=%lx lo=%lx len=%lu", fr, lo, len);
-#endif
 		if (!bpf_probe_read_user(w->buf, len, (void *)lo)) {
 			if (!cont)
 				sp_new_stretch(w);
@@ -578,74 +508,142 @@ static __always_inline int frame_window(struct walk_ctx *c, struct walk_state *w
 			w->win_len = len;
 			w->win_floor = wf;
 			w->s_addr = 0;
-			*offp = fr - lo;
-			return 0;
+			return (fr - lo) & (SP_WIN - 1);
 		}
 		/* It ran into an unmapped page (below a data stack chunk):
 		 * from this frame's page only, and remember that page. */
 		__u64 plo = fr & ~(SP_PAGE - 1);
 		len = fr + SP_FRAME_WINDOW - plo;
 		sp_opaque(len);
-		DBG(1, 1);
 		if (plo > lo && len <= SP_WIN && !bpf_probe_read_user(w->buf, len, (void *)plo)) {
-			DBG(2, 1);
-			DBG(3, len);
 			if (!cont)
 				sp_new_stretch(w);
 			w->win_lo = plo;
 			w->win_len = len;
 			w->win_floor = 0;
 			w->s_addr = 0;
-			*offp = fr - plo;
-			if (tc)
-				tc->floor[tc->next_floor++ % SP_FLOORS] = plo;
-			return 0;
+			w->floor[w->next_floor++ % SP_FLOORS] = plo;
+			w->floors_dirty = 1;
+			return (fr - plo) & (SP_WIN - 1);
 		}
 		/* The window is gone (a failed read clears it). */
 		w->win_len = 0;
 	}
 up:
-	DBG(4, 1);
-#ifdef SP_TRACE
-	bpf_printk("up fr=%lx win=%lx+%lu", fr, w->u_lo, w->u_len);
-#endif
-	return up_window(c, w, fr, offp);
+	x = fr - w->u_lo;
+	if (!(w->u_len >= SP_UP_NEED && x <= w->u_len - SP_UP_NEED)) {
+		__u64 lo = fr, hi = fr + SP_UP_NEED;
+		__u64 a = w->anchor;
+		if (flags & SP_CFG_FRAME_OBJECT) {
+			/* 3.10's frame objects lie anywhere on the heap: the
+			 * frame alone. */
+		} else if (!a) {
+			w->anchor = fr;
+			lo = fr - w->h_below;
+			hi = fr + w->h_above;
+		} else if (fr >= a - w->h_below && fr < a + w->h_above) {
+			hi = a + w->h_above;
+		}
+		if (hi < fr + SP_UP_NEED)
+			hi = fr + SP_UP_NEED;
+		if (hi - lo > SP_UWIN) {
+			lo = fr;
+			if (hi - lo > SP_UWIN)
+				hi = lo + SP_UWIN;
+		}
+		w->t_lo = lo;
+		w->t_hi = hi;
+		sp_barrier();
+		lo = READ_ONCE64(w->t_lo);
+		hi = READ_ONCE64(w->t_hi);
+		__u64 len = hi - lo;
+		sp_opaque(len);
+		if (len > SP_UWIN)
+			return -1;
+		if (bpf_probe_read_user(w->ubuf, len, (void *)lo)) {
+			/* The hinted span runs into an unmapped page: this walk
+			 * goes without hints, and the next learns new ones. */
+			w->h_below = 0;
+			w->h_above = 0;
+			int again = lo != fr || len != SP_UP_NEED;
+			lo = fr;
+			len = SP_UP_NEED;
+			if (!again || bpf_probe_read_user(w->ubuf, SP_UP_NEED, (void *)fr)) {
+				/* The frame itself may run into an unmapped
+				 * page: exact fields. */
+				if (bpf_probe_read_user(&w->ubuf[ci * 8], 8, (void *)(fr + ci * 8)) ||
+				    bpf_probe_read_user(&w->ubuf[pi * 8], 8, (void *)(fr + pi * 8))) {
+					w->u_len = 0;
+					return -1;
+				}
+				if (oi < SP_FRAME_WINDOW)
+					bpf_probe_read_user(&w->ubuf[oi], 1, (void *)(fr + oi));
+				w->exact = 1;
+			}
+		}
+		w->u_lo = lo;
+		w->u_len = len;
+		x = fr - lo;
+	}
+up_hit:;
+	/* What this walk used around the anchor: the next walk's span. */
+	__u64 a = w->anchor;
+	if (fr < a) {
+		if (a - fr <= SP_UWIN / 2 && a - fr > w->u_below)
+			w->u_below = a - fr;
+	} else if (fr + SP_UP_NEED - a <= SP_UMAX && fr + SP_UP_NEED - a > w->u_above) {
+		w->u_above = fr + SP_UP_NEED - a;
+	}
+	if (x > SP_UWIN - SP_UP_NEED)
+		return -1;
+	/* The last frame outside the down window, for the new-stretch rule:
+	 * entry frames on the C stack don't count, so that a data stack
+	 * chunk whose frames alternate with them still makes a stretch. */
+	if (!(flags & SP_CFG_SKIP_OWNER) || oi >= SP_FRAME_WINDOW || w->ubuf[x + oi] < 3)
+		w->s_addr = fr;
+	return SP_WIN + x;
 }
 
 #define SP_FAST_FRAMES 32
 
-/* The common case in a tight loop: frames already in the window whose code
- * objects are cached as matching nothing (no phase, marker or cycle), below
- * the phase frame. It records no frame (frames[] travels only with an
- * unknown code object, and the walk then starts over recording them all).
- * Returns how many frames it consumed, shim frames included; it stops, for
- * walk_step to take over, at anything else.
- *
- * Written for the verifier: nothing in the loop body indexes by the frame
- * count, so the two ways through it (shim frame or not) meet in equivalent
- * states and the loop verifies in linear time. */
-static __always_inline int walk_fast(struct walk_ctx *c, struct walk_state *w)
+struct fast_out {
+	__u64 fr, last, umax;
+	__u32 n;
+};
+
+/* The loop of walk_fast; skip (a constant) says whether 3.12+ entry frames
+ * can occur. Written for the verifier: nothing in it indexes by the frame
+ * count and no known constant feeds it, so the ways around it meet in
+ * equivalent states and it verifies in time linear in SP_FAST_FRAMES. */
+static __always_inline int walk_fast_loop(struct walk_state *w, struct fast_out *o, __u64 lo, __u64 lim, __u64 ulo,
+					  __u64 ulim, __u32 ci, __u32 pi, __u32 ob, __u32 pid, __u64 tag, const int skip)
 {
-	__u64 fr = w->f, lo = w->win_lo, len = w->win_len;
-	__u32 n = w->n, ci = c->ci, pi = c->pi, oi = c->oi, flags = c->cfg_flags;
-	__u64 tag = c->tag;
-	__u32 pid = c->pid;
-	__u64 last = ~0ull;
+	__u64 fr = o->fr, last = ~0ull, umax = 0;
+	__u32 n = o->n;
 	int k;
-	if (n == 0 || n > SP_MAX_FRAMES - SP_FAST_FRAMES || len < SP_FRAME_WINDOW || ci >= SP_FRAME_WINDOW / 8 ||
-	    pi >= SP_FRAME_WINDOW / 8)
-		return 0;
-	__u64 cmask = (flags & SP_CFG_TAGGED_EXEC) ? ~3ull : ~0ull;
-	int skipo = (flags & SP_CFG_SKIP_OWNER) && oi < SP_FRAME_WINDOW;
-	__u32 ob = oi < SP_FRAME_WINDOW ? oi : 0;
 	for (k = 0; k < SP_FAST_FRAMES; k++) {
 		__u64 off = fr - lo;
-		if (!fr || off > len - SP_FRAME_WINDOW || off > SP_WIN - SP_FRAME_WINDOW)
-			break;
+		if (off > lim) {
+			if (!skip)
+				break;
+			/* A 3.12+ entry frame in the up window: skip it. */
+			__u64 uoff = fr - ulo;
+			if (uoff > ulim)
+				break;
+			__u8 *up = &w->ubuf[uoff];
+			if (up[ob] < 3)
+				break;
+			/* Entry frames come outward, at rising addresses. */
+			umax = fr;
+			fr = *(__u64 *)(up + pi * 8);
+			continue;
+		}
 		__u8 *fp = &w->buf[off];
-		__u64 code = *(__u64 *)(fp + ci * 8) & cmask;
+		/* cmask comes from map memory: as a known constant it would
+		 * split the verifier's view of the loop in two. */
+		__u64 code = *(__u64 *)(fp + ci * 8) & w->cmask;
 		__u64 prev = *(__u64 *)(fp + pi * 8);
-		if (skipo && fp[ob] >= 3) {
+		if (skip && fp[ob] >= 3) {
 			fr = prev;
 			continue;
 		}
@@ -661,13 +659,55 @@ static __always_inline int walk_fast(struct walk_ctx *c, struct walk_state *w)
 		last = fr;
 		fr = prev;
 	}
+	o->fr = fr;
+	o->last = last;
+	o->umax = umax;
+	o->n = n;
+	return k;
+}
+
+/* The common case in a tight loop: frames in the down window whose code
+ * objects are cached as matching nothing (no phase, marker or cycle), below
+ * the phase frame, and entry frames in the up window. It records no frame
+ * (frames[] travels only with an unknown code object, and the walk then
+ * starts over recording them all). Returns how many frames it consumed; it
+ * stops, for walk_step to take over, at anything else. */
+static __always_inline int walk_fast(struct walk_ctx *c, struct walk_state *w)
+{
+	__u64 lo = w->win_lo, len = w->win_len;
+	__u64 ulo = w->u_lo, ulen = w->u_len;
+	__u32 ci = c->ci, pi = c->pi, oi = c->oi, flags = c->cfg_flags;
+	struct fast_out o = {.fr = w->f, .n = w->n};
+	int k;
+	if (o.n == 0 || o.n > SP_MAX_FRAMES - SP_FAST_FRAMES || len < SP_FRAME_WINDOW || ci >= SP_FRAME_WINDOW / 8 ||
+	    pi >= SP_FRAME_WINDOW / 8)
+		return 0;
+	/* Frames at offsets up to lim of buf, entry frames up to ulim of ubuf.
+	 * No clamping here (it would split the verifier's view of the loop in
+	 * two): the windows never exceed their buffers. */
+	__u64 lim = len - SP_FRAME_WINDOW;
+	__u64 ulim = ulen - SP_UP_NEED; /* wraps above the bound without one */
+	sp_opaque(lim);
+	sp_opaque(ulim);
+	if (lim > SP_WIN - SP_FRAME_WINDOW)
+		return 0;
+	__u32 ob = oi & 127; /* == oi where used: oi < SP_FRAME_WINDOW */
+	if ((flags & SP_CFG_SKIP_OWNER) && oi < SP_FRAME_WINDOW && ulim <= SP_UWIN - SP_UP_NEED)
+		k = walk_fast_loop(w, &o, lo, lim, ulo, ulim, ci, pi, ob, c->pid, c->tag, 1);
+	else
+		k = walk_fast_loop(w, &o, lo, lim, ulo, ulim, ci, pi, ob, c->pid, c->tag, 0);
 	if (k) {
-		w->s_addr = 0;
-		if (last < w->low)
-			w->low = last;
+		if (o.n != w->n) /* back in the down window */
+			w->s_addr = 0;
+		if (o.last < w->low)
+			w->low = o.last;
+		__u64 a = w->anchor;
+		__u64 umax = o.umax;
+		if (umax >= a && umax + SP_UP_NEED - a <= SP_UMAX && umax + SP_UP_NEED - a > w->u_above)
+			w->u_above = umax + SP_UP_NEED - a;
 	}
-	w->f = fr;
-	w->n = n;
+	w->f = o.fr;
+	w->n = o.n;
 	return k;
 }
 
@@ -690,19 +730,19 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 	__u32 ci = c->ci, pi = c->pi, oi = c->oi;
 	if (ci >= SP_FRAME_WINDOW / 8 || pi >= SP_FRAME_WINDOW / 8)
 		return 1;
-	__u64 off = 0;
-	if (frame_window(c, w, fr, &off) < 0) {
+	long at = sp_frame_at(w, fr, c->layout);
+	sp_opaque(at);
+	if (at < 0) {
 		w->flags |= SP_PY_READ_ERR;
 		return 1;
 	}
+	__u64 off = at;
 	if (off > SP_WIN + SP_UWIN - SP_FRAME_WINDOW)
 		return 1;
 	__u8 *fp = &w->buf[off];
 	__u64 code = *(__u64 *)(fp + ci * 8);
 	__u64 prev = *(__u64 *)(fp + pi * 8);
 	w->f = prev;
-	DBG(7, 1);
-	if (fp[oi < SP_FRAME_WINDOW ? oi : 0] >= 3) DBG(9, 1);
 	if (off < SP_WIN && fr < w->low)
 		w->low = fr;
 	if ((c->cfg_flags & SP_CFG_SKIP_OWNER) && oi < SP_FRAME_WINDOW && fp[oi] >= 3)
@@ -842,6 +882,7 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid)
 		w->lows[i] = 0;
 	}
 	w->record = 0;
+	w->cmask = (cfg->flags & SP_CFG_TAGGED_EXEC) ? ~3ull : ~0ull;
 	w->win_lo = 0;
 	w->win_len = 0;
 	w->exact = 0;
@@ -851,18 +892,27 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid)
 	w->marker = 0;
 	w->extra = 0;
 
-	struct walk_ctx wc = {.full = full, .cfg = cfg, .w = w, .tc = tc, .pid = pid, .tag = pid | (__u64)g << 32,
+	struct walk_ctx wc = {.full = full, .cfg = cfg, .w = w, .pid = pid, .tag = pid | (__u64)g << 32,
 			      .cfg_flags = cfg->flags};
 	wc.ci = cfg->frame_code / 8;
 	wc.pi = cfg->frame_prev / 8;
 	wc.oi = cfg->frame_owner < SP_FRAME_WINDOW ? cfg->frame_owner : SP_FRAME_WINDOW;
+	wc.layout = wc.cfg_flags | (__u64)wc.ci << 32 | (__u64)wc.pi << 40 | (__u64)wc.oi << 48;
+	w->floors_dirty = 0;
+	w->next_floor = tc ? tc->next_floor : 0;
+#pragma unroll
+	for (int i = 0; i < SP_FLOORS; i++)
+		w->floor[i] = tc ? tc->floor[i] : 0;
 	if (cfg->flags & SP_CFG_CFRAME && f && !err) {
 		/* The CFrame is on the C stack, below the entry frames of
 		 * 3.12: it anchors the up window. */
-		__u64 off = 0;
-		__u32 cc = cfg->cframe_current;
-		if (cc <= SP_UP_NEED - 8 && !up_window(&wc, w, f, &off) && !w->exact &&
-		    off <= SP_WIN + SP_UWIN - SP_UP_NEED)
+		__u64 cc = cfg->cframe_current;
+		long at = sp_frame_at(w, f, wc.layout | SP_AT_UP);
+		sp_opaque(at);
+		__u64 off = at;
+		sp_opaque(off);
+		sp_opaque(cc);
+		if (at >= 0 && !w->exact && off <= SP_WIN + SP_UWIN - SP_UP_NEED && cc <= SP_UP_NEED - 8)
 			f = *(__u64 *)(&w->buf[off] + cc);
 		else
 			f = rd64(f + cc, &err);
@@ -873,17 +923,9 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid)
 	w->leaf = f;
 	w->flags = SP_PY_WALKED | (err ? SP_PY_READ_ERR : 0);
 	w->done = err;
-#if SP_EXP == 3
-	return 0;
-#endif
-#ifdef SP_TRACE
-	bpf_printk("walk f=%lx hint=%lx %lx", f, w->hints[0], w->hints[1]);
-#endif
-	/* Twice the frames: a walk that meets an unknown code object starts
-	 * over (walk_step). */
+	/* Room for two passes (a walk that meets an unknown code object starts
+	 * over, walk_step) and for skipped entry frames. */
 	bpf_loop(3 * SP_MAX_FRAMES, walk_step, &wc, 0);
-	DBG(5, 1);
-	DBG(6, w->n);
 	if (tc) {
 		sp_new_stretch(w);
 #pragma unroll
@@ -891,6 +933,12 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid)
 			tc->low[i] = w->lows[i];
 		tc->u_below = w->u_below;
 		tc->u_above = w->u_above;
+		if (w->floors_dirty) {
+			tc->next_floor = w->next_floor;
+#pragma unroll
+			for (int i = 0; i < SP_FLOORS; i++)
+				tc->floor[i] = w->floor[i];
+		}
 	}
 	__u16 flags = w->flags;
 	if (w->f && w->n >= SP_MAX_FRAMES)
@@ -925,30 +973,9 @@ static __always_inline struct api_event_full *begin(__u32 type, __u32 api)
 	return full;
 }
 
-__u64 sp_dbg_sp;
 static __always_inline int submit(struct api_event_full *full)
 {
-#if SP_EXP == 6 || SP_EXP == 7
-	{
-		__u32 z = 0;
-		struct walk_state *ws = bpf_map_lookup_elem(&walk_scratch, &z);
-		if (ws) {
-#if SP_EXP == 6
-#pragma unroll
-			for (int j = 0; j < 10; j++)
-				bpf_probe_read_user(&ws->tsbuf[j * 8], 8, (void *)(sp_dbg_sp - 4096 + j * 64));
-#else
-			bpf_probe_read_user(ws->buf, 4096, (void *)((sp_dbg_sp & ~4095ull) - 4096));
-#endif
-		}
-	}
-#endif
-#if SP_EXP == 1
-	return 0;
-#endif
-#if SP_EXP != 2
 	sp_walk(full, full->e.h.pid, full->e.h.tid);
-#endif
 	/* Frames travel only while user space has not classified them yet
 	 * (warm-up); the common record is the fixed part alone. */
 	__u64 size = full->e.py.nframes ? sizeof(struct api_event_full) : sizeof(struct api_event);
@@ -991,7 +1018,6 @@ static __always_inline int do_launch_kernel(struct pt_regs *ctx)
 	if (!full)
 		return 0;
 	/* Arguments 7 (blockDimZ), 8 (sharedMemBytes) and 9 (hStream): one read. */
-	sp_dbg_sp = PT_REGS_SP(ctx);
 	__u64 st[3] = {};
 	bpf_probe_read_user(st, sizeof(st), (void *)(PT_REGS_SP(ctx) + 8));
 	full->e.handle = PT_REGS_PARM1(ctx);
