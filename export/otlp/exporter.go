@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,8 +84,17 @@ func (s Stats) String() string {
 	if s.Lost() == 0 {
 		return line
 	}
-	line += fmt.Sprintf("; not delivered: %d dropped with the queue full (%d cycles), %d in %d failed exports, %d unsent at exit",
-		s.SpansDropped, s.CyclesDropped, s.SpansFailed, s.ExportErrors, s.Pending())
+	var parts []string
+	if s.SpansDropped > 0 {
+		parts = append(parts, fmt.Sprintf("%d dropped with the queue full (%d cycles)", s.SpansDropped, s.CyclesDropped))
+	}
+	if s.SpansFailed > 0 {
+		parts = append(parts, fmt.Sprintf("%d in %d failed exports", s.SpansFailed, s.ExportErrors))
+	}
+	if p := s.Pending(); p > 0 {
+		parts = append(parts, fmt.Sprintf("%d unsent at exit", p))
+	}
+	line += "; not delivered: " + strings.Join(parts, ", ")
 	if s.FirstError != "" {
 		line += "; first error: " + s.FirstError
 	}
