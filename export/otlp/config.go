@@ -323,3 +323,29 @@ func (c *Config) retry() otlptracegrpc.RetryConfig {
 		MaxElapsedTime:  c.timeout(),
 	}
 }
+
+// dialAddr is the host:port the exporter connects to, for the diagnosis
+// when no export completed ("" when unknown).
+func (c *Config) dialAddr() string {
+	s := c.Endpoint
+	if s == "" {
+		s = envEndpoint()
+	}
+	if s == "" {
+		if c.Protocol == ProtocolHTTP {
+			return "localhost:4318"
+		}
+		return "localhost:4317"
+	}
+	ep, err := parseEndpoint(s, ProtocolHTTP)
+	if err != nil {
+		return ""
+	}
+	if _, _, err := net.SplitHostPort(ep.host); err == nil {
+		return ep.host
+	}
+	if ep.plaintext {
+		return net.JoinHostPort(ep.host, "80")
+	}
+	return net.JoinHostPort(ep.host, "443")
+}

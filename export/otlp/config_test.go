@@ -261,3 +261,31 @@ func TestDeadEndpoint(t *testing.T) {
 		t.Logf("%s: %s", p, st)
 	}
 }
+
+// When the exporter is still retrying at the deadline, the account says
+// whether the endpoint accepts connections at all.
+func TestDeadEndpointDiagnosis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	e, err := New(context.Background(), Config{Endpoint: addr, Insecure: true, Clock: clock}) // retries for 10 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Cycle(testCycle(1, 1, 1, 1_000))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if err := e.Shutdown(ctx); err == nil {
+		t.Fatal("Shutdown met its deadline with a dead endpoint")
+	}
+	st := e.Stats()
+	if st.Pending() != 10 || !strings.Contains(st.FirstError, "endpoint unreachable") || !strings.Contains(st.FirstError, "refused") {
+		t.Errorf("stats %+v", st)
+	}
+	if line := st.String(); !strings.Contains(line, "10 unsent at exit") || !strings.Contains(line, "connection refused") {
+		t.Errorf("account %q", line)
+	}
+}

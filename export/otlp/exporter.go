@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,7 @@ const (
 type Exporter struct {
 	cfg    Config
 	target string // protocol and endpoint, for messages
+	probe  string // host:port to dial when no export completed
 	log    *slog.Logger
 
 	mu     sync.RWMutex // closed vs sends on queue
@@ -143,6 +145,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		_ = exp.Shutdown(ctx)
 		return nil, err
 	}
+	e.probe = cfg.dialAddr()
 	return e, nil
 }
 
@@ -210,8 +213,9 @@ func (e *Exporter) convert() {
 
 // Shutdown stops accepting cycles, converts the queued ones and exports
 // every span, within ctx's deadline; what is left then is counted as
-// pending (Stats). It returns an error only when the deadline passed first;
-// export failures are in Stats.
+// pending (Stats), with the reason when no export had failed yet (the
+// exporter was still retrying). It returns an error only when the deadline
+// passed first; export failures are in Stats.
 func (e *Exporter) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	if !e.closed {
@@ -222,12 +226,33 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 	select {
 	case <-e.done:
 	case <-ctx.Done():
+		e.diagnose()
 		return fmt.Errorf("flush OTLP spans to %s: %w", e.target, ctx.Err())
 	}
 	if err := e.bsp.Shutdown(ctx); err != nil {
+		e.diagnose()
 		return fmt.Errorf("flush OTLP spans to %s: %w", e.target, err)
 	}
 	return nil
+}
+
+// diagnose records why spans are still unsent at the deadline when no export
+// has failed yet (the exporter is still retrying): whether the endpoint
+// accepts connections at all.
+func (e *Exporter) diagnose() {
+	if e.firstErr.Load() != nil {
+		return
+	}
+	msg := "no export completed before the deadline (endpoint slow, or not speaking OTLP?)"
+	if e.probe != "" {
+		c, err := net.DialTimeout("tcp", e.probe, time.Second)
+		if err != nil {
+			msg = "endpoint unreachable: " + err.Error()
+		} else {
+			c.Close()
+		}
+	}
+	e.firstErr.CompareAndSwap(nil, &msg)
 }
 
 // Stats returns the counters so far (safe at any time, from any goroutine).
