@@ -23,6 +23,7 @@ const (
 	EvFork      = EventType(specprofSpEventTypeSP_EV_FORK)
 	EvExec      = EventType(specprofSpEventTypeSP_EV_EXEC)
 	EvExit      = EventType(specprofSpEventTypeSP_EV_EXIT)
+	EvSample    = EventType(specprofSpEventTypeSP_EV_SAMPLE)
 )
 
 // PyFlags describe the outcome of the BPF frame walk.
@@ -123,8 +124,8 @@ var ErrShortRecord = errors.New("short record")
 
 var le = binary.LittleEndian
 
-// Decode parses one ring buffer record into *APIEvent, *SyncExit, *LibOpen
-// or *ProcEvent.
+// Decode parses one ring buffer record into *APIEvent, *SyncExit, *LibOpen,
+// *ProcEvent or *Sample.
 func Decode(b []byte) (any, error) {
 	if len(b) < headerSize {
 		return nil, fmt.Errorf("decode record of %d bytes: %w", len(b), ErrShortRecord)
@@ -153,16 +154,7 @@ func Decode(b []byte) (any, error) {
 		e.Handle = le.Uint64(b[40:])
 		e.Arg0 = le.Uint64(b[48:])
 		e.Arg1 = le.Uint64(b[56:])
-		p := b[64:]
-		e.Py.Phase = le.Uint16(p[0:])
-		e.Py.Flags = PyFlags(le.Uint16(p[2:]))
-		n := int(le.Uint16(p[4:]))
-		e.Py.Depth = le.Uint16(p[6:])
-		e.Py.Match = int(int32(le.Uint32(p[8:])))
-		e.Py.PhaseCode = le.Uint64(p[16:])
-		e.Py.CycleFrame = le.Uint64(p[24:])
-		e.Py.LeafCode = le.Uint64(p[32:])
-		e.Py.LeafInstr = le.Uint64(p[40:])
+		n := decodePy(&e.Py, b[64:])
 		if n > 0 {
 			if n > maxFrames {
 				return nil, fmt.Errorf("decode %s event: %d frames, at most %d", e.API, n, maxFrames)
@@ -178,6 +170,12 @@ func Decode(b []byte) (any, error) {
 			}
 		}
 		return e, nil
+	case EvSample:
+		s, err := decodeSample(h, b)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case EvSyncExit:
 		if err := need(syncExitSize); err != nil {
 			return nil, err
@@ -199,4 +197,18 @@ func Decode(b []byte) (any, error) {
 		return &ProcEvent{Header: h, Child: le.Uint32(b[24:])}, nil
 	}
 	return nil, fmt.Errorf("decode record: unknown type %d", h.Type)
+}
+
+// decodePy fills py from the fixed part of struct sp_py at p and returns
+// its nframes.
+func decodePy(py *Py, p []byte) int {
+	py.Phase = le.Uint16(p[0:])
+	py.Flags = PyFlags(le.Uint16(p[2:]))
+	py.Depth = le.Uint16(p[6:])
+	py.Match = int(int32(le.Uint32(p[8:])))
+	py.PhaseCode = le.Uint64(p[16:])
+	py.CycleFrame = le.Uint64(p[24:])
+	py.LeafCode = le.Uint64(p[32:])
+	py.LeafInstr = le.Uint64(p[40:])
+	return int(le.Uint16(p[4:]))
 }

@@ -124,6 +124,38 @@ type specprofPyConfig struct {
 	Flags             uint32
 }
 
+type specprofSampleEvent struct {
+	_ structs.HostLayout
+	H struct {
+		_     structs.HostLayout
+		Type  uint32
+		Pid   uint32
+		Tid   uint32
+		Cpu   uint32
+		Ktime uint64
+	}
+	UserIp   uint64
+	KernelIp uint64
+	PeriodNs uint64
+	Flags    uint32
+	Pad      uint32
+	Reserved uint64
+	Py       struct {
+		_          structs.HostLayout
+		Phase      uint16
+		Flags      uint16
+		Nframes    uint16
+		Depth      uint16
+		Match      uint32
+		Pad        uint32
+		PhaseCode  uint64
+		CycleFrame uint64
+		LeafCode   uint64
+		LeafInstr  uint64
+	}
+	Stack [512]uint64
+}
+
 type specprofSpApi uint32
 
 const (
@@ -182,6 +214,7 @@ const (
 	specprofSpEventTypeSP_EV_FORK       specprofSpEventType = 8
 	specprofSpEventTypeSP_EV_EXEC       specprofSpEventType = 9
 	specprofSpEventTypeSP_EV_EXIT       specprofSpEventType = 10
+	specprofSpEventTypeSP_EV_SAMPLE     specprofSpEventType = 11
 )
 
 type specprofSpLost uint32
@@ -190,6 +223,7 @@ const (
 	specprofSpLostSP_LOST_RINGBUF specprofSpLost = 0
 	specprofSpLostSP_LOST_SCRATCH specprofSpLost = 1
 	specprofSpLostSP_LOST_OPENAT  specprofSpLost = 2
+	specprofSpLostSP_LOST_SAMPLE  specprofSpLost = 3
 	specprofSpLostSP_LOST_MAX     specprofSpLost = 4
 )
 
@@ -203,6 +237,13 @@ const (
 	specprofSpPyFlagsSP_PY_NO_TSTATE specprofSpPyFlags = 16
 	specprofSpPyFlagsSP_PY_READ_ERR  specprofSpPyFlags = 32
 	specprofSpPyFlagsSP_PY_STALE     specprofSpPyFlags = 64
+)
+
+type specprofSpSampleFlags uint32
+
+const (
+	specprofSpSampleFlagsSP_SAMPLE_KERNEL  specprofSpSampleFlags = 1
+	specprofSpSampleFlagsSP_SAMPLE_NO_USER specprofSpSampleFlags = 2
 )
 
 type specprofSpTrackFlags uint32
@@ -251,6 +292,8 @@ type specprofWalkState struct {
 	Record      uint32
 	Exact       uint32
 	Records     uint32
+	All         uint32
+	Settled     uint32
 	_           [4]byte
 	Cmask       uint64
 	WinLo       uint64
@@ -292,6 +335,7 @@ const (
 	specprofMapLost                 = "lost"
 	specprofMapOpenatArgs           = "openat_args"
 	specprofMapPyConfigs            = "py_configs"
+	specprofMapSampleScratch        = "sample_scratch"
 	specprofMapScratch              = "scratch"
 	specprofMapTracked              = "tracked"
 	specprofMapTstates              = "tstates"
@@ -325,6 +369,7 @@ const (
 	specprofProgSpNcclSend          = "sp_nccl_send"
 	specprofProgSpOpenatEnter       = "sp_openat_enter"
 	specprofProgSpOpenatExit        = "sp_openat_exit"
+	specprofProgSpSample            = "sp_sample"
 	specprofProgSpStreamSync        = "sp_stream_sync"
 	specprofProgSpStreamSyncRet     = "sp_stream_sync_ret"
 	specprofProgSpStreamWaitEvent   = "sp_stream_wait_event"
@@ -333,12 +378,14 @@ const (
 	specprofVarUnusedApiEventFull   = "unused_api_event_full"
 	specprofVarUnusedLibEvent       = "unused_lib_event"
 	specprofVarUnusedProcEvent      = "unused_proc_event"
+	specprofVarUnusedSampleEvent    = "unused_sample_event"
 	specprofVarUnusedSpApi          = "unused_sp_api"
 	specprofVarUnusedSpCfgFlags     = "unused_sp_cfg_flags"
 	specprofVarUnusedSpClassFlags   = "unused_sp_class_flags"
 	specprofVarUnusedSpEventType    = "unused_sp_event_type"
 	specprofVarUnusedSpLost         = "unused_sp_lost"
 	specprofVarUnusedSpPyFlags      = "unused_sp_py_flags"
+	specprofVarUnusedSpSampleFlags  = "unused_sp_sample_flags"
 	specprofVarUnusedSpTrackFlags   = "unused_sp_track_flags"
 	specprofVarUnusedSyncExit       = "unused_sync_exit"
 )
@@ -414,6 +461,7 @@ type specprofProgramSpecs struct {
 	SpNcclSend          *ebpf.ProgramSpec `ebpf:"sp_nccl_send"`
 	SpOpenatEnter       *ebpf.ProgramSpec `ebpf:"sp_openat_enter"`
 	SpOpenatExit        *ebpf.ProgramSpec `ebpf:"sp_openat_exit"`
+	SpSample            *ebpf.ProgramSpec `ebpf:"sp_sample"`
 	SpStreamSync        *ebpf.ProgramSpec `ebpf:"sp_stream_sync"`
 	SpStreamSyncRet     *ebpf.ProgramSpec `ebpf:"sp_stream_sync_ret"`
 	SpStreamWaitEvent   *ebpf.ProgramSpec `ebpf:"sp_stream_wait_event"`
@@ -423,36 +471,39 @@ type specprofProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type specprofMapSpecs struct {
-	CodeClasses *ebpf.MapSpec `ebpf:"code_classes"`
-	CodeGen     *ebpf.MapSpec `ebpf:"code_gen"`
-	Events      *ebpf.MapSpec `ebpf:"events"`
-	LibScratch  *ebpf.MapSpec `ebpf:"lib_scratch"`
-	Lost        *ebpf.MapSpec `ebpf:"lost"`
-	OpenatArgs  *ebpf.MapSpec `ebpf:"openat_args"`
-	PyConfigs   *ebpf.MapSpec `ebpf:"py_configs"`
-	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
-	Tracked     *ebpf.MapSpec `ebpf:"tracked"`
-	Tstates     *ebpf.MapSpec `ebpf:"tstates"`
-	WalkScratch *ebpf.MapSpec `ebpf:"walk_scratch"`
+	CodeClasses   *ebpf.MapSpec `ebpf:"code_classes"`
+	CodeGen       *ebpf.MapSpec `ebpf:"code_gen"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	LibScratch    *ebpf.MapSpec `ebpf:"lib_scratch"`
+	Lost          *ebpf.MapSpec `ebpf:"lost"`
+	OpenatArgs    *ebpf.MapSpec `ebpf:"openat_args"`
+	PyConfigs     *ebpf.MapSpec `ebpf:"py_configs"`
+	SampleScratch *ebpf.MapSpec `ebpf:"sample_scratch"`
+	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
+	Tracked       *ebpf.MapSpec `ebpf:"tracked"`
+	Tstates       *ebpf.MapSpec `ebpf:"tstates"`
+	WalkScratch   *ebpf.MapSpec `ebpf:"walk_scratch"`
 }
 
 // specprofVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type specprofVariableSpecs struct {
-	CodeCache          *ebpf.VariableSpec `ebpf:"code_cache"`
-	UnusedApiEvent     *ebpf.VariableSpec `ebpf:"unused_api_event"`
-	UnusedApiEventFull *ebpf.VariableSpec `ebpf:"unused_api_event_full"`
-	UnusedLibEvent     *ebpf.VariableSpec `ebpf:"unused_lib_event"`
-	UnusedProcEvent    *ebpf.VariableSpec `ebpf:"unused_proc_event"`
-	UnusedSpApi        *ebpf.VariableSpec `ebpf:"unused_sp_api"`
-	UnusedSpCfgFlags   *ebpf.VariableSpec `ebpf:"unused_sp_cfg_flags"`
-	UnusedSpClassFlags *ebpf.VariableSpec `ebpf:"unused_sp_class_flags"`
-	UnusedSpEventType  *ebpf.VariableSpec `ebpf:"unused_sp_event_type"`
-	UnusedSpLost       *ebpf.VariableSpec `ebpf:"unused_sp_lost"`
-	UnusedSpPyFlags    *ebpf.VariableSpec `ebpf:"unused_sp_py_flags"`
-	UnusedSpTrackFlags *ebpf.VariableSpec `ebpf:"unused_sp_track_flags"`
-	UnusedSyncExit     *ebpf.VariableSpec `ebpf:"unused_sync_exit"`
+	CodeCache           *ebpf.VariableSpec `ebpf:"code_cache"`
+	UnusedApiEvent      *ebpf.VariableSpec `ebpf:"unused_api_event"`
+	UnusedApiEventFull  *ebpf.VariableSpec `ebpf:"unused_api_event_full"`
+	UnusedLibEvent      *ebpf.VariableSpec `ebpf:"unused_lib_event"`
+	UnusedProcEvent     *ebpf.VariableSpec `ebpf:"unused_proc_event"`
+	UnusedSampleEvent   *ebpf.VariableSpec `ebpf:"unused_sample_event"`
+	UnusedSpApi         *ebpf.VariableSpec `ebpf:"unused_sp_api"`
+	UnusedSpCfgFlags    *ebpf.VariableSpec `ebpf:"unused_sp_cfg_flags"`
+	UnusedSpClassFlags  *ebpf.VariableSpec `ebpf:"unused_sp_class_flags"`
+	UnusedSpEventType   *ebpf.VariableSpec `ebpf:"unused_sp_event_type"`
+	UnusedSpLost        *ebpf.VariableSpec `ebpf:"unused_sp_lost"`
+	UnusedSpPyFlags     *ebpf.VariableSpec `ebpf:"unused_sp_py_flags"`
+	UnusedSpSampleFlags *ebpf.VariableSpec `ebpf:"unused_sp_sample_flags"`
+	UnusedSpTrackFlags  *ebpf.VariableSpec `ebpf:"unused_sp_track_flags"`
+	UnusedSyncExit      *ebpf.VariableSpec `ebpf:"unused_sync_exit"`
 }
 
 // specprofObjects contains all objects after they have been loaded into the kernel.
@@ -475,17 +526,18 @@ func (o *specprofObjects) Close() error {
 //
 // It can be passed to loadSpecprofObjects or ebpf.CollectionSpec.LoadAndAssign.
 type specprofMaps struct {
-	CodeClasses *ebpf.Map `ebpf:"code_classes"`
-	CodeGen     *ebpf.Map `ebpf:"code_gen"`
-	Events      *ebpf.Map `ebpf:"events"`
-	LibScratch  *ebpf.Map `ebpf:"lib_scratch"`
-	Lost        *ebpf.Map `ebpf:"lost"`
-	OpenatArgs  *ebpf.Map `ebpf:"openat_args"`
-	PyConfigs   *ebpf.Map `ebpf:"py_configs"`
-	Scratch     *ebpf.Map `ebpf:"scratch"`
-	Tracked     *ebpf.Map `ebpf:"tracked"`
-	Tstates     *ebpf.Map `ebpf:"tstates"`
-	WalkScratch *ebpf.Map `ebpf:"walk_scratch"`
+	CodeClasses   *ebpf.Map `ebpf:"code_classes"`
+	CodeGen       *ebpf.Map `ebpf:"code_gen"`
+	Events        *ebpf.Map `ebpf:"events"`
+	LibScratch    *ebpf.Map `ebpf:"lib_scratch"`
+	Lost          *ebpf.Map `ebpf:"lost"`
+	OpenatArgs    *ebpf.Map `ebpf:"openat_args"`
+	PyConfigs     *ebpf.Map `ebpf:"py_configs"`
+	SampleScratch *ebpf.Map `ebpf:"sample_scratch"`
+	Scratch       *ebpf.Map `ebpf:"scratch"`
+	Tracked       *ebpf.Map `ebpf:"tracked"`
+	Tstates       *ebpf.Map `ebpf:"tstates"`
+	WalkScratch   *ebpf.Map `ebpf:"walk_scratch"`
 }
 
 func (m *specprofMaps) Close() error {
@@ -497,6 +549,7 @@ func (m *specprofMaps) Close() error {
 		m.Lost,
 		m.OpenatArgs,
 		m.PyConfigs,
+		m.SampleScratch,
 		m.Scratch,
 		m.Tracked,
 		m.Tstates,
@@ -508,19 +561,21 @@ func (m *specprofMaps) Close() error {
 //
 // It can be passed to loadSpecprofObjects or ebpf.CollectionSpec.LoadAndAssign.
 type specprofVariables struct {
-	CodeCache          *ebpf.Variable `ebpf:"code_cache"`
-	UnusedApiEvent     *ebpf.Variable `ebpf:"unused_api_event"`
-	UnusedApiEventFull *ebpf.Variable `ebpf:"unused_api_event_full"`
-	UnusedLibEvent     *ebpf.Variable `ebpf:"unused_lib_event"`
-	UnusedProcEvent    *ebpf.Variable `ebpf:"unused_proc_event"`
-	UnusedSpApi        *ebpf.Variable `ebpf:"unused_sp_api"`
-	UnusedSpCfgFlags   *ebpf.Variable `ebpf:"unused_sp_cfg_flags"`
-	UnusedSpClassFlags *ebpf.Variable `ebpf:"unused_sp_class_flags"`
-	UnusedSpEventType  *ebpf.Variable `ebpf:"unused_sp_event_type"`
-	UnusedSpLost       *ebpf.Variable `ebpf:"unused_sp_lost"`
-	UnusedSpPyFlags    *ebpf.Variable `ebpf:"unused_sp_py_flags"`
-	UnusedSpTrackFlags *ebpf.Variable `ebpf:"unused_sp_track_flags"`
-	UnusedSyncExit     *ebpf.Variable `ebpf:"unused_sync_exit"`
+	CodeCache           *ebpf.Variable `ebpf:"code_cache"`
+	UnusedApiEvent      *ebpf.Variable `ebpf:"unused_api_event"`
+	UnusedApiEventFull  *ebpf.Variable `ebpf:"unused_api_event_full"`
+	UnusedLibEvent      *ebpf.Variable `ebpf:"unused_lib_event"`
+	UnusedProcEvent     *ebpf.Variable `ebpf:"unused_proc_event"`
+	UnusedSampleEvent   *ebpf.Variable `ebpf:"unused_sample_event"`
+	UnusedSpApi         *ebpf.Variable `ebpf:"unused_sp_api"`
+	UnusedSpCfgFlags    *ebpf.Variable `ebpf:"unused_sp_cfg_flags"`
+	UnusedSpClassFlags  *ebpf.Variable `ebpf:"unused_sp_class_flags"`
+	UnusedSpEventType   *ebpf.Variable `ebpf:"unused_sp_event_type"`
+	UnusedSpLost        *ebpf.Variable `ebpf:"unused_sp_lost"`
+	UnusedSpPyFlags     *ebpf.Variable `ebpf:"unused_sp_py_flags"`
+	UnusedSpSampleFlags *ebpf.Variable `ebpf:"unused_sp_sample_flags"`
+	UnusedSpTrackFlags  *ebpf.Variable `ebpf:"unused_sp_track_flags"`
+	UnusedSyncExit      *ebpf.Variable `ebpf:"unused_sync_exit"`
 }
 
 // specprofPrograms contains all programs after they have been loaded into the kernel.
@@ -556,6 +611,7 @@ type specprofPrograms struct {
 	SpNcclSend          *ebpf.Program `ebpf:"sp_nccl_send"`
 	SpOpenatEnter       *ebpf.Program `ebpf:"sp_openat_enter"`
 	SpOpenatExit        *ebpf.Program `ebpf:"sp_openat_exit"`
+	SpSample            *ebpf.Program `ebpf:"sp_sample"`
 	SpStreamSync        *ebpf.Program `ebpf:"sp_stream_sync"`
 	SpStreamSyncRet     *ebpf.Program `ebpf:"sp_stream_sync_ret"`
 	SpStreamWaitEvent   *ebpf.Program `ebpf:"sp_stream_wait_event"`
@@ -592,6 +648,7 @@ func (p *specprofPrograms) Close() error {
 		p.SpNcclSend,
 		p.SpOpenatEnter,
 		p.SpOpenatExit,
+		p.SpSample,
 		p.SpStreamSync,
 		p.SpStreamSyncRet,
 		p.SpStreamWaitEvent,

@@ -41,6 +41,7 @@ type Lost struct {
 	RingBuf uint64 // ring buffer full
 	Scratch uint64 // per-CPU scratch unavailable
 	OpenAt  uint64 // openat bookkeeping map full
+	Sample  uint64 // ring buffer full: CPU samples dropped
 }
 
 // Tracer owns the loaded programs, the ring buffer and the uprobe links.
@@ -54,6 +55,9 @@ type Tracer struct {
 
 	genMu sync.Mutex
 	gen   uint64 // last value written to code_gen
+
+	smpMu    sync.Mutex
+	samplers []int // the CPU sampler's perf event fds (sample.go)
 }
 
 type libKey struct {
@@ -373,6 +377,7 @@ func (t *Tracer) Lost() (Lost, error) {
 		uint32(specprofSpLostSP_LOST_RINGBUF): &l.RingBuf,
 		uint32(specprofSpLostSP_LOST_SCRATCH): &l.Scratch,
 		uint32(specprofSpLostSP_LOST_OPENAT):  &l.OpenAt,
+		uint32(specprofSpLostSP_LOST_SAMPLE):  &l.Sample,
 	} {
 		var per []uint64
 		if err := t.objs.Lost.Lookup(idx, &per); err != nil {
@@ -387,6 +392,7 @@ func (t *Tracer) Lost() (Lost, error) {
 
 // Close detaches everything and frees the BPF objects.
 func (t *Tracer) Close() error {
+	t.StopSampler()
 	if t.rd != nil {
 		_ = t.rd.Close()
 	}

@@ -20,6 +20,7 @@ enum sp_event_type {
 	SP_EV_FORK = 8,       /* a tracked process forked a new process */
 	SP_EV_EXEC = 9,       /* a tracked process exec'd */
 	SP_EV_EXIT = 10,      /* a tracked process exited */
+	SP_EV_SAMPLE = 11,    /* CPU sample of a tracked thread (perf_event) */
 };
 
 /* Python walk outcome flags (sp_py.flags). */
@@ -58,6 +59,7 @@ enum sp_lost {
 	SP_LOST_RINGBUF = 0,  /* ring buffer full: record dropped */
 	SP_LOST_SCRATCH = 1,  /* internal scratch unavailable */
 	SP_LOST_OPENAT = 2,   /* openat bookkeeping map full */
+	SP_LOST_SAMPLE = 3,   /* ring buffer full: CPU sample dropped */
 	SP_LOST_MAX = 4,
 };
 
@@ -153,6 +155,32 @@ struct proc_event {
 	struct sp_header h;
 	__u32 child; /* FORK: new process; EXEC/EXIT: the process itself */
 	__u32 _pad;
+};
+
+/* ---- CPU sampler (perf_event) ---- */
+
+/* sample_event.flags */
+enum sp_sample_flags {
+	SP_SAMPLE_KERNEL = 1 << 0,  /* the sample hit kernel mode: user_ip is where the thread entered it */
+	SP_SAMPLE_NO_USER = 1 << 1, /* no user registers (user_ip is 0) */
+};
+
+/* A CPU sample (SP_EV_SAMPLE). Up to py it has the size of struct
+ * api_event and py lies where api_event's does, so the frame walker fills
+ * it as it fills an api_event_full (the sampler passes it as one; see the
+ * _Static_asserts in specprof.bpf.c). Every walked frame is recorded
+ * (py.nframes of them) and the record is sent compacted: py.nframes code
+ * objects in stack[0..n), then their frame addresses in stack[n..2n). */
+struct sample_event {
+	struct sp_header h;
+	__u64 user_ip;   /* native leaf: the user-mode instruction pointer */
+	__u64 kernel_ip; /* with SP_SAMPLE_KERNEL: the kernel instruction pointer */
+	__u64 period_ns; /* CPU time the sample stands for (the perf period of cpu-clock) */
+	__u32 flags;     /* SP_SAMPLE_* */
+	__u32 _pad;
+	__u64 _reserved;
+	struct sp_py py;
+	__u64 stack[2 * SP_MAX_FRAMES];
 };
 
 #endif

@@ -5,6 +5,7 @@
  * to libraries as they are loaded. */
 #include <linux/bpf.h>
 #include <linux/ptrace.h>
+#include <linux/bpf_perf_event.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
@@ -36,6 +37,8 @@ const enum sp_cfg_flags *unused_sp_cfg_flags __attribute__((unused));
 const enum sp_track_flags *unused_sp_track_flags __attribute__((unused));
 const enum sp_class_flags *unused_sp_class_flags __attribute__((unused));
 const enum sp_lost *unused_sp_lost __attribute__((unused));
+const struct sample_event *unused_sample_event __attribute__((unused));
+const enum sp_sample_flags *unused_sp_sample_flags __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -194,6 +197,8 @@ struct walk_state {
 	__u32 record;  /* second pass: every frame goes to frames[] */
 	__u32 exact;   /* the last frame's fields were read one by one */
 	__u32 records; /* API records submitted on this CPU (wakeup checks) */
+	__u32 all;     /* the sampler's walk: record every frame to the end */
+	__u32 settled; /* all: phase and cycle frame are final, only recording */
 	__u64 cmask;   /* code pointer mask (3.14 tags it) */
 	/* The down window: buf holds [win_lo, win_lo + win_len). */
 	__u64 win_lo;
@@ -222,9 +227,12 @@ struct walk_state {
 	__u8 _slack[128];   /* walk_fast's owner byte reads may reach past ubuf */
 };
 
+/* Slot 0 serves the probes, slot 1 the CPU sampler: a sample can interrupt
+ * a probe's walk on the same CPU (uprobe programs may be preempted by the
+ * sampler's timer interrupt), so the two never share one. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct walk_state);
 } walk_scratch SEC(".maps");
@@ -711,6 +719,14 @@ static __always_inline int walk_fast(struct walk_ctx *c, struct walk_state *w)
 	return k;
 }
 
+/* Where a probe's walk ends (phase and cycle frame found, or given up):
+ * the sampler's walk goes on recording the remaining frames. */
+static __always_inline int walk_settle(struct walk_state *w)
+{
+	w->settled = 1;
+	return !w->all;
+}
+
 /* One frame of the walk (or a run of plain ones, walk_fast); bpf_loop
  * verifies it once whatever the depth. */
 static int walk_step(__u32 i, struct walk_ctx *c)
@@ -768,6 +784,8 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 	full->frames[n & (SP_MAX_FRAMES - 1)] = code;
 	full->frame_addrs[n & (SP_MAX_FRAMES - 1)] = fr;
 	w->n = n + 1;
+	if (w->settled)
+		return 0;
 
 	struct code_class cls;
 	if (!code_class_of(c, code, &cls)) {
@@ -793,7 +811,7 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 		/* Past the match: only looking for the cycle frame. */
 		if (cls.flags & SP_CLASS_CYCLE) {
 			py->cycle_frame = fr;
-			return 1;
+			return walk_settle(w);
 		}
 	} else if (cls.phase) {
 		w->phase = (cls.alt_phase && w->marker) ? cls.alt_phase : cls.phase;
@@ -808,7 +826,7 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 		}
 		if (cls.flags & SP_CLASS_CYCLE) {
 			py->cycle_frame = fr;
-			return 1;
+			return walk_settle(w);
 		}
 	} else if (cls.flags & SP_CLASS_CYCLE) {
 		py->cycle_frame = fr;
@@ -816,13 +834,15 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 	if (cls.flags & SP_CLASS_MARKER)
 		w->marker = 1;
 	if (w->phase && ++w->extra > SP_CYCLE_SEARCH)
-		return 1;
+		return walk_settle(w);
 	return 0;
 }
 
 /* Walks the calling thread's Python frames innermost-out and fills e->py.
- * Global (not inlined) so the verifier checks the loop once for all hooks. */
-__noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid)
+ * Global (not inlined) so the verifier checks the loop once for all hooks.
+ * With all (the CPU sampler) every frame is recorded, to the end of the
+ * stack or SP_MAX_FRAMES; phase and cycle frame are found as without. */
+__noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid, __u32 all)
 {
 	if (!full)
 		return 0;
@@ -848,8 +868,8 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid)
 		py->flags = SP_PY_NO_CONFIG;
 		return 0;
 	}
-	__u32 zero = 0;
-	struct walk_state *w = bpf_map_lookup_elem(&walk_scratch, &zero);
+	__u32 zero = 0, slot = all ? 1 : 0;
+	struct walk_state *w = bpf_map_lookup_elem(&walk_scratch, &slot);
 	__u64 *gen = bpf_map_lookup_elem(&code_gen, &zero);
 	if (!w || !gen)
 		return 0;
@@ -881,7 +901,9 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid)
 		w->hints[i] = tc ? tc->low[i] : 0;
 		w->lows[i] = 0;
 	}
-	w->record = 0;
+	w->record = all != 0;
+	w->all = all != 0;
+	w->settled = 0;
 	w->cmask = (cfg->flags & SP_CFG_TAGGED_EXEC) ? ~3ull : ~0ull;
 	w->win_lo = 0;
 	w->win_len = 0;
@@ -946,7 +968,7 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid)
 	py->phase = w->phase;
 	py->match = w->match;
 	py->depth = w->n;
-	py->nframes = (flags & SP_PY_UNKNOWN) ? w->n : 0;
+	py->nframes = (w->all || (flags & SP_PY_UNKNOWN)) ? w->n : 0;
 	py->flags = flags;
 	return 0;
 }
@@ -975,7 +997,7 @@ static __always_inline struct api_event_full *begin(__u32 type, __u32 api)
 
 static __always_inline int submit(struct api_event_full *full)
 {
-	sp_walk(full, full->e.h.pid, full->e.h.tid);
+	sp_walk(full, full->e.h.pid, full->e.h.tid, 0);
 	/* Frames travel only while user space has not classified them yet
 	 * (warm-up); the common record is the fixed part alone. */
 	__u64 size = full->e.py.nframes ? sizeof(struct api_event_full) : sizeof(struct api_event);
@@ -1330,5 +1352,84 @@ int sp_openat_exit(struct sys_exit_args *ctx)
 	}
 	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0))
 		count_lost(SP_LOST_RINGBUF);
+	return 0;
+}
+
+/* ---- CPU sampler ----
+ *
+ * sp_sample runs on every CPU's cpu-clock perf event (Tracer.StartSampler)
+ * and reports the thread it interrupted when that thread belongs to a
+ * tracked process: its Python stack (every frame, walked by sp_walk in its
+ * recording mode, with the phase found as for a probe), the native leaf
+ * (the user instruction pointer) and the CPU time the sample stands for.
+ * Other threads cost one hash lookup. */
+
+_Static_assert(sizeof(struct sample_event) == sizeof(struct api_event_full),
+	       "sample_event must be walkable as an api_event_full");
+_Static_assert(__builtin_offsetof(struct sample_event, py) == __builtin_offsetof(struct api_event_full, e.py),
+	       "sample_event.py must lie where api_event's does");
+_Static_assert(__builtin_offsetof(struct sample_event, stack) == __builtin_offsetof(struct api_event_full, frames),
+	       "sample_event.stack must lie where api_event_full.frames does");
+
+/* Its own scratch: a sample can interrupt a probe that is filling scratch. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample_event);
+} sample_scratch SEC(".maps");
+
+SEC("perf_event")
+int sp_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!tgid || !bpf_map_lookup_elem(&tracked, &tgid))
+		return 0;
+	__u32 zero = 0;
+	struct sample_event *s = bpf_map_lookup_elem(&sample_scratch, &zero);
+	if (!s) {
+		count_lost(SP_LOST_SCRATCH);
+		return 0;
+	}
+	s->h.type = SP_EV_SAMPLE;
+	s->h.pid = tgid;
+	s->h.tid = tid;
+	s->h.cpu = bpf_get_smp_processor_id();
+	s->h.ktime = bpf_ktime_get_ns();
+	s->period_ns = ctx->sample_period;
+	s->flags = 0;
+	s->_pad = 0;
+	s->_reserved = 0;
+	s->user_ip = 0;
+	s->kernel_ip = 0;
+	if ((ctx->regs.cs & 3) == 3) {
+		s->user_ip = PT_REGS_IP(&ctx->regs);
+	} else {
+		/* In the kernel on the thread's behalf (a syscall, a fault): its
+		 * user registers are saved at the top of its kernel stack. */
+		s->kernel_ip = PT_REGS_IP(&ctx->regs);
+		s->flags |= SP_SAMPLE_KERNEL;
+		struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+		if (!u || bpf_probe_read_kernel(&s->user_ip, sizeof(s->user_ip), &PT_REGS_IP(u)))
+			s->flags |= SP_SAMPLE_NO_USER;
+	}
+	sp_walk((struct api_event_full *)s, tgid, tid, 1);
+	/* Compact: the frame addresses follow the n code objects. Element by
+	 * element upwards is safe where the ranges overlap (destination below
+	 * source). */
+	__u32 n = s->py.nframes;
+	if (n > SP_MAX_FRAMES)
+		n = SP_MAX_FRAMES;
+	for (__u32 i = 0; i < SP_MAX_FRAMES; i++) {
+		if (i >= n)
+			break;
+		s->stack[(n + i) & (2 * SP_MAX_FRAMES - 1)] = s->stack[SP_MAX_FRAMES + i];
+	}
+	__u64 size = __builtin_offsetof(struct sample_event, stack) + 16 * (__u64)n;
+	/* Unknown code objects must be symbolized while the process lives. */
+	__u64 flags = (s->py.flags & SP_PY_UNKNOWN) ? BPF_RB_FORCE_WAKEUP : wakeup_flags();
+	if (size > sizeof(*s) || bpf_ringbuf_output(&events, s, size, flags))
+		count_lost(SP_LOST_SAMPLE);
 	return 0;
 }
