@@ -10,8 +10,10 @@
 //	├── spec.draft                         one span per phase, CPU span of the phase in the cycle
 //	│   ├── gpu                            first kernel start → last kernel end of the phase
 //	│   │   └── <kernel name>              one per GPU record (Config.Kernels only)
-//	│   ├── AllReduce                      one per collective: on the GPU when its kernel is known
-//	│   └── cuStreamSynchronize            one per blocking call: entry → return
+//	│   ├── AllReduce                      one per collective: on the GPU when its kernel is known,
+//	│   │                                  else a 1 ns mark at the call
+//	│   └── cuStreamSynchronize            one per blocking call: entry → return (1 ns when it did
+//	│                                      not block or its return was not seen)
 //	├── spec.verify
 //	…
 //

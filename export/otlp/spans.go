@@ -18,6 +18,11 @@ const (
 	SpanGPU   = "gpu"
 )
 
+// pointNs is the length of a span that marks an instant (a collective whose
+// GPU side is unknown, a sync that did not block or whose return was not
+// seen): Jaeger rewrites zero-length spans and flags them with a warning.
+const pointNs = 1
+
 // ScopeName is the instrumentation scope of every span.
 const ScopeName = "github.com/specprof/specprof/export/otlp"
 
@@ -212,7 +217,7 @@ func (e *Exporter) emitGPU(ctx context.Context, tr trace.Tracer, p *agent.PhaseT
 
 func (e *Exporter) emitCollective(ctx context.Context, tr trace.Tracer, c *agent.Collective) {
 	onGPU := c.GPUEnd > c.GPUStart && c.GPUStart != 0
-	start, end := c.Time, c.Time
+	start, end := c.Time, c.Time+pointNs
 	if onGPU {
 		start, end = c.GPUStart, c.GPUEnd
 	}
@@ -267,7 +272,7 @@ func (e *Exporter) emitCollective(ctx context.Context, tr trace.Tracer, c *agent
 }
 
 func (e *Exporter) emitSync(ctx context.Context, tr trace.Tracer, y *agent.SyncTrace) {
-	end := y.Start
+	end := y.Start + pointNs
 	if y.WaitNs > 0 {
 		end = y.Start + uint64(y.WaitNs)
 	}
