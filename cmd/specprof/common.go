@@ -167,6 +167,14 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		tr.Close()
 		return nil, err
 	}
+	for _, sk := range s.sinks {
+		if st, ok := sk.(sinkStarter); ok {
+			if err := st.start(s); err != nil {
+				tr.Close()
+				return nil, err
+			}
+		}
+	}
 	return s, nil
 }
 

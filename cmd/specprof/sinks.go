@@ -32,3 +32,10 @@ type sinkKind struct {
 var sinkKinds []sinkKind
 
 func registerSink(k sinkKind) { sinkKinds = append(sinkKinds, k) }
+
+// sinkStarter is a sink with work to start once the session's agent exists
+// (the metrics server reads the agent's report); newSession calls start
+// after every sink is made and the agent created.
+type sinkStarter interface {
+	start(s *session) error
+}

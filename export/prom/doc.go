@@ -9,7 +9,11 @@
 //   - every loss counter of the session (agent.Loss: ring buffer full,
 //     unmatched joins, …; the CUPTI library's drops per process; the
 //     exporters' own drops, through AddDropSource), read from the agent's
-//     report at scrape time, so they are never stale.
+//     report at scrape time. A scrape waits for the report at most
+//     Options.ReportWait (the agent's lock can be held for seconds, e.g.
+//     while probes are detached from an exited process), then serves the
+//     previous report's counters, with specprof_report_age_seconds saying
+//     how old they are.
 //
 // Label sets are bounded (Options.MaxProcesses); cycles of processes
 // beyond the bound are counted in specprof_metrics_overflow_total.

@@ -31,7 +31,15 @@ type Options struct {
 	Report func() *agent.Report
 	// MaxProcesses bounds the processes with their own series (0: default).
 	MaxProcesses int
+	// ReportWait is how long a scrape waits for Report (which takes the
+	// agent's lock) before it serves the previous report's counters
+	// (0: DefaultReportWait).
+	ReportWait time.Duration
 }
+
+// DefaultReportWait keeps scrapes well inside Prometheus' default 10 s
+// timeout while the agent holds its lock (e.g. detaching probes).
+const DefaultReportWait = time.Second
 
 // durationBuckets span 10 µs to about 10 s, doubling.
 var durationBuckets = prometheus.ExponentialBuckets(10e-6, 2, 21)
@@ -50,6 +58,8 @@ type Metrics struct {
 	samples            *prometheus.CounterVec
 	overflow           prometheus.Counter
 
+	reports *reportCache
+
 	mu    sync.Mutex
 	procs map[int][3]string // pid → process, pid, rank labels
 	spids map[int]bool      // pids with CPU samples
@@ -66,6 +76,9 @@ var (
 func New(opts Options) *Metrics {
 	if opts.MaxProcesses <= 0 {
 		opts.MaxProcesses = DefaultMaxProcesses
+	}
+	if opts.ReportWait <= 0 {
+		opts.ReportWait = DefaultReportWait
 	}
 	m := &Metrics{opts: opts, reg: prometheus.NewRegistry(), procs: map[int][3]string{}, spids: map[int]bool{}, drops: map[string]func() uint64{}}
 	hist := func(name, help string, labels []string) *prometheus.HistogramVec {
@@ -88,6 +101,9 @@ func New(opts Options) *Metrics {
 		[]string{"pid", "phase"})
 	m.overflow = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "specprof", Name: "metrics_overflow_total",
 		Help: "Cycles and samples not in the metrics because their process came after the bound on processes."})
+	if opts.Report != nil {
+		m.reports = &reportCache{fn: opts.Report}
+	}
 	m.reg.MustRegister(m.cycleDur, m.phaseCPU, m.phaseGPU, m.cycles, m.launches, m.kernels, m.syncs, m.syncWait,
 		m.colls, m.collBytes, m.samples, m.overflow, &reportCollector{m: m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "specprof"}))
@@ -221,13 +237,15 @@ var (
 		[]string{"pid", "reason"}, nil)
 	cuptiKernelsDesc = prometheus.NewDesc("specprof_cupti_kernels_total",
 		"GPU kernel records received from the CUPTI library, per process (in cycles or not).", []string{"pid"}, nil)
+	reportAgeDesc = prometheus.NewDesc("specprof_report_age_seconds",
+		"Age of the report the loss counters come from: 0 when read at this scrape, more when the agent was busy and a previous one is served.", nil, nil)
 	exportDroppedDesc = prometheus.NewDesc("specprof_export_dropped_total",
 		"Items an exporter dropped on its way out (queue full, event cap), by exporter.", []string{"exporter"}, nil)
 )
 
 func (r *reportCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{lossDesc, eventsDesc, processesDesc, cuptiRecordsDesc, cuptiDroppedDesc,
-		cuptiKernelsDesc, exportDroppedDesc} {
+		cuptiKernelsDesc, exportDroppedDesc, reportAgeDesc} {
 		ch <- d
 	}
 }
@@ -247,10 +265,14 @@ func (r *reportCollector) Collect(ch chan<- prometheus.Metric) {
 	for i, n := range names {
 		ch <- prometheus.MustNewConstMetric(exportDroppedDesc, prometheus.CounterValue, float64(drops[i]()), n)
 	}
-	if r.m.opts.Report == nil {
+	if r.m.reports == nil {
 		return
 	}
-	rep := r.m.opts.Report()
+	rep, at := r.m.reports.get(r.m.opts.ReportWait)
+	if rep == nil {
+		return // the first report is not ready yet
+	}
+	ch <- prometheus.MustNewConstMetric(reportAgeDesc, prometheus.GaugeValue, time.Since(at).Seconds())
 	loss := reflect.ValueOf(rep.Loss)
 	for _, f := range lossFields {
 		ch <- prometheus.MustNewConstMetric(lossDesc, prometheus.CounterValue, float64(loss.Field(f.index).Uint()), f.name)
@@ -272,6 +294,43 @@ func (r *reportCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(cuptiDroppedDesc, prometheus.CounterValue, float64(d.n), pid, d.reason)
 		}
 	}
+}
+
+// reportCache calls Report at most once at a time and keeps the latest
+// result: a scrape waits for a fresh report up to a bound, then serves the
+// previous one (the call goes on and refreshes the cache when it ends).
+type reportCache struct {
+	fn       func() *agent.Report
+	mu       sync.Mutex
+	last     *agent.Report
+	at       time.Time
+	inflight chan struct{} // closed when the running call ends
+}
+
+func (c *reportCache) get(wait time.Duration) (*agent.Report, time.Time) {
+	c.mu.Lock()
+	if c.inflight == nil {
+		done := make(chan struct{})
+		c.inflight = done
+		go func() {
+			r := c.fn()
+			c.mu.Lock()
+			c.last, c.at, c.inflight = r, time.Now(), nil
+			c.mu.Unlock()
+			close(done)
+		}()
+	}
+	done := c.inflight
+	c.mu.Unlock()
+	t := time.NewTimer(wait)
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	t.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last, c.at
 }
 
 // Server serves the metrics over HTTP at /metrics.

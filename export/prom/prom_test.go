@@ -253,3 +253,45 @@ func BenchmarkObserveCycle(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 }
+
+// TestBusyAgent: while Report blocks (the agent holds its lock), a scrape
+// returns after ReportWait with the previous report's counters and their
+// age; the blocked call refreshes the cache when it ends.
+func TestBusyAgent(t *testing.T) {
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	ringbuf := uint64(1)
+	m := New(Options{ReportWait: 50 * time.Millisecond, Report: func() *agent.Report {
+		<-gate
+		mu.Lock()
+		defer mu.Unlock()
+		return &agent.Report{Loss: agent.Loss{RingBuf: ringbuf}}
+	}})
+	start := time.Now()
+	fams := gather(t, m)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("scrape took %v while the agent was busy", d)
+	}
+	if fams["specprof_lost_total"] != nil {
+		t.Error("loss series without any report")
+	}
+	gate <- struct{}{} // the first call returns
+	time.Sleep(20 * time.Millisecond)
+	mu.Lock()
+	ringbuf = 2
+	mu.Unlock()
+	fams = gather(t, m) // starts a second call, which blocks; serves the first report
+	if v := series(t, fams, "specprof_lost_total", map[string]string{"counter": "ringbuf_full"}).GetCounter().GetValue(); v != 1 {
+		t.Errorf("ringbuf_full %g, want the previous report's 1", v)
+	}
+	if age := series(t, fams, "specprof_report_age_seconds", nil).GetGauge().GetValue(); age < 0.02 {
+		t.Errorf("report age %g s, want at least the wait", age)
+	}
+	gate <- struct{}{}
+	time.Sleep(20 * time.Millisecond)
+	close(gate)
+	fams = gather(t, m)
+	if v := series(t, fams, "specprof_lost_total", map[string]string{"counter": "ringbuf_full"}).GetCounter().GetValue(); v != 2 {
+		t.Errorf("ringbuf_full %g after the agent is free, want 2", v)
+	}
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/google/pprof/profile"
+	"github.com/spf13/pflag"
+
+	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/export/perfetto"
+	"github.com/specprof/specprof/export/pprof"
+)
+
+// Files written at the end of a session into its output directory: the
+// pprof profiles (export/pprof) and the Perfetto timeline
+// (export/perfetto). Both keep what they need in memory, bounded, while the
+// session runs.
+
+var filesFlags struct {
+	pprof          bool
+	perfetto       bool
+	perfettoEvents int
+}
+
+func init() {
+	registerSink(sinkKind{
+		name: "pprof",
+		flags: func(fl *pflag.FlagSet) {
+			fl.BoolVar(&filesFlags.pprof, "pprof", true, "write the pprof profiles "+pprof.GPUTimeFile+", "+pprof.SyncWaitFile+" and "+pprof.CPUFile+
+				" to the output directory (--pprof=false, with --perfetto=false, also spares collecting every GPU record)")
+		},
+		make: func(s *session) (sink, error) {
+			if !filesFlags.pprof {
+				return nil, nil
+			}
+			s.detail = true // gpu_time needs every kernel with its launch site
+			return &pprofSink{p: pprof.New(pprof.Options{Clock: &s.clock})}, nil
+		},
+	})
+	registerSink(sinkKind{
+		name: "Perfetto",
+		flags: func(fl *pflag.FlagSet) {
+			fl.BoolVar(&filesFlags.perfetto, "perfetto", true, "write the timeline "+perfetto.FileName+
+				" (Chrome trace JSON: open it at ui.perfetto.dev) to the output directory")
+			fl.IntVar(&filesFlags.perfettoEvents, "perfetto-max-events", perfetto.DefaultMaxEvents,
+				"events kept for the timeline (about 150 bytes each); later cycles are counted, not kept")
+		},
+		make: func(s *session) (sink, error) {
+			if !filesFlags.perfetto {
+				return nil, nil
+			}
+			if filesFlags.perfettoEvents < 1 {
+				return nil, fmt.Errorf("--perfetto-max-events %d: must be 1 or more", filesFlags.perfettoEvents)
+			}
+			s.detail = true // kernels on their streams, launch arrows
+			return &perfettoSink{t: perfetto.New(perfetto.Options{MaxEvents: filesFlags.perfettoEvents, Clock: &s.clock})}, nil
+		},
+	})
+}
+
+// pprofSink accumulates the three profiles.
+type pprofSink struct {
+	mu sync.Mutex
+	p  *pprof.Profiles
+}
+
+func (k *pprofSink) cycle(c *agent.CycleTrace) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.p.AddCycle(c)
+}
+
+func (k *pprofSink) sample(s *agent.CPUSample) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.p.AddSample(s)
+}
+
+// dropped implements dropReporter: additions folded into the overflow
+// sample (still counted in the totals, without their stacks).
+func (k *pprofSink) dropped() (string, uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return "pprof", uint64(k.p.Folded())
+}
+
+func (k *pprofSink) finish(_ *agent.Report, outDir string) ([]string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create output directory: %w", err)
+	}
+	var files []string
+	var errs []error
+	for _, f := range []struct {
+		name string
+		prof *profile.Profile
+	}{{pprof.GPUTimeFile, k.p.GPUTime()}, {pprof.SyncWaitFile, k.p.SyncWait()}, {pprof.CPUFile, k.p.CPU()}} {
+		path := filepath.Join(outDir, f.name)
+		if err := pprof.WriteFile(f.prof, path); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		files = append(files, path)
+	}
+	return files, errors.Join(errs...)
+}
+
+// perfettoSink accumulates the timeline.
+type perfettoSink struct {
+	mu sync.Mutex
+	t  *perfetto.Trace
+}
+
+func (k *perfettoSink) cycle(c *agent.CycleTrace) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.t.AddCycle(c)
+}
+
+func (k *perfettoSink) sample(*agent.CPUSample) {}
+
+// dropped implements dropReporter: events of cycles beyond the cap.
+func (k *perfettoSink) dropped() (string, uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ev := k.t.Dropped()
+	return "perfetto", uint64(ev)
+}
+
+func (k *perfettoSink) finish(_ *agent.Report, outDir string) ([]string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create output directory: %w", err)
+	}
+	path := filepath.Join(outDir, perfetto.FileName)
+	if err := k.t.WriteFile(path); err != nil {
+		return nil, err
+	}
+	if c, ev := k.t.Dropped(); c > 0 {
+		return []string{path}, fmt.Errorf("%s: %d cycles (%d events) beyond --perfetto-max-events %d are not in the timeline",
+			path, c, ev, filesFlags.perfettoEvents)
+	}
+	return []string{path}, nil
+}
