@@ -63,6 +63,14 @@ mockcupti: standins
 cupti-layoutcheck:
 	sh cupti/layoutcheck/run.sh
 
+# The GPU benchmark suite (issue 6; bench/gpu/suite.py) on a CUDA host with torch and transformers,
+# as root. Builds nothing: build/specprof and build/libspecprof_cupti.so are built elsewhere
+# (make build) and carried. PYTHON: the Python with torch; BENCH_GPU_ARGS: more suite flags, e.g.
+#   make bench-gpu PYTHON=/opt/torch/.venv/bin/python3 BENCH_GPU_ARGS='--workloads hf --out /tmp/b'
+.PHONY: bench-gpu
+bench-gpu:
+	$(PYTHON) bench/gpu/suite.py --specprof $(BIN) --python $(PYTHON) $(BENCH_GPU_ARGS)
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

@@ -9,14 +9,70 @@ The oracle: every phase method records its [start, end] on time.monotonic_ns() (
 the clock of bpf_ktime_get_ns) per thread, written as JSON at exit (--windows FILE). Nothing in
 the loop synchronises for the sake of measurement. Phase names are matched by
 bench/gpu/spec_loop.yaml.
+
+--worker sglang: the benchmark suite's EAGLE loop (bench/gpu/suite.py). The worker is
+bench/gpu/sglang/srt/speculative/eagle_worker.py, with SGLang's file layout and qualified names
+(EAGLEWorker.draft / verify / forward_draft_extend_after_decode, EagleVerifyInput.verify, the
+graph runners), so specprof's built-in sglang-eagle preset names its phases; the process retitles
+itself sglang::scheduler_TP0 like an SGLang scheduler. The models (bench/gpu/speclm.py) are a
+~0.4 B draft and a ~1 B target built from it, calibrated to a realistic acceptance (about 2.8
+tokens per cycle with 4 draft steps). --timing picks how the loop times its own phases (the
+compared methods: none, v3, v4, cuda-events, torch-profiler; see benchphase.py). It writes one
+JSON result (--result): tok/s, accept length, tokens and their hash, cycle time, per-phase times.
 """
 
 import argparse
 import json
+import os
+import sys
 import threading
 import time
 
-import torch
+
+def _early_proctitle(argv):
+    """--worker sglang: take SGLang's scheduler title before torch (and libcuda) load."""
+    worker = None
+    title = "sglang::scheduler_TP0"
+    for i, arg in enumerate(argv):
+        if arg == "--worker" and i + 1 < len(argv):
+            worker = argv[i + 1]
+        elif arg.startswith("--worker="):
+            worker = arg.split("=", 1)[1]
+        elif arg == "--proctitle" and i + 1 < len(argv):
+            title = argv[i + 1]
+        elif arg.startswith("--proctitle="):
+            title = arg.split("=", 1)[1]
+    if worker == "sglang" and title and "--help" not in argv and "-h" not in argv:
+        set_proctitle(title)
+
+
+def set_proctitle(title):
+    """Like setproctitle: comm via prctl(PR_SET_NAME) and the argv area /proc/PID/cmdline shows,
+    overwritten in place (as testdata/workloads/sglang_demo.py does). Best effort."""
+    import ctypes
+    raw = title.encode()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, ctypes.c_char_p(raw[:15]), 0, 0, 0)  # PR_SET_NAME
+    except Exception as e:  # pragma: no cover
+        sys.stderr.write("spec_loop: prctl(PR_SET_NAME): %s\n" % e)
+    try:
+        with open("/proc/self/stat") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(")") + 2:].split()
+        arg_start, arg_end = int(fields[45]), int(fields[46])  # stat fields 48, 49
+        size = arg_end - arg_start
+        if size > 1:
+            buf = raw[:size - 1].ljust(size, b"\0")
+            ctypes.memmove(arg_start, buf, size)
+    except Exception as e:  # pragma: no cover
+        sys.stderr.write("spec_loop: rewriting argv: %s\n" % e)
+
+
+if __name__ == "__main__":
+    _early_proctitle(sys.argv[1:])
+
+import torch  # noqa: E402
 
 WINDOWS = []
 EVENTS = []  # (phase, start event, end event) when --cuda-events: the ground truth run
@@ -132,14 +188,43 @@ class SpecWorker:
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--worker", choices=["spec", "sglang"], default="spec",
+                    help="spec: the SpecWorker loop (rules bench/gpu/spec_loop.yaml; bench/gpu/run.sh); "
+                         "sglang: the SGLang-shaped EAGLE loop of the benchmark suite (preset sglang-eagle)")
     ap.add_argument("--cycles", type=int, default=200)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--graphs", choices=["on", "off"], default="on")
     ap.add_argument("--windows", default="")
-    ap.add_argument("--profile", action="store_true", help="count the loop's kernels with torch.profiler")
+    ap.add_argument("--profile", action="store_true",
+                    help="count the loop's kernels with torch.profiler (--worker sglang: --timing torch-profiler)")
     ap.add_argument("--cuda-events", action="store_true",
-                    help="ground truth: CUDA events around each phase, mean GPU ms per phase per cycle")
+                    help="ground truth: CUDA events around each phase, mean GPU ms per phase per cycle "
+                         "(--worker sglang: --timing cuda-events)")
+    g = ap.add_argument_group("--worker sglang")
+    g.add_argument("--timing", default="none",
+                   choices=["none", "v3", "v4", "cuda-events", "torch-profiler"],
+                   help="how the loop times its own phases (bench/gpu/benchphase.py)")
+    g.add_argument("--result", default="", help="write the result JSON here (also printed)")
+    g.add_argument("--noise-scale", type=float, default=None,
+                   help="strength of the target's extra blocks (default: calibrate to --target-agree)")
+    g.add_argument("--target-agree", type=float, default=0.7,
+                   help="per-token draft/target agreement to calibrate to")
+    g.add_argument("--calibrate-only", action="store_true", help="calibrate, write the scale, exit")
+    g.add_argument("--warmup", type=int, default=10, help="cycles before the measured loop")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--vocab", type=int, default=32000)
+    g.add_argument("--hidden", type=int, default=4096)
+    g.add_argument("--ffn", type=int, default=11008)
+    g.add_argument("--draft-blocks", type=int, default=1)
+    g.add_argument("--target-extra-blocks", type=int, default=7)
+    g.add_argument("--max-pos", type=int, default=8192)
+    g.add_argument("--proctitle", default="sglang::scheduler_TP0",
+                   help="process title (set before torch loads; '' keeps the command line)")
+    g.add_argument("--trace-dir", default="", help="torch-profiler: where the Chrome trace goes (default: a temp dir)")
+    g.add_argument("--keep-trace", action="store_true", help="torch-profiler: keep the Chrome trace")
     args = ap.parse_args()
+    if args.worker == "sglang":
+        return run_sglang(args)
     global CUDA_EVENTS
     with torch.inference_mode():
         w = SpecWorker(args.steps, args.graphs == "on")
@@ -174,6 +259,124 @@ def main():
     if args.windows:
         with open(args.windows, "w") as f:
             json.dump(WINDOWS, f)
+
+
+SGLANG_PHASES = ("spec.draft", "spec.verify", "spec.accept", "spec.draft_extend")
+
+
+def _log(msg):
+    sys.stderr.write("[spec_loop] %s\n" % msg)
+    sys.stderr.flush()
+
+
+def run_sglang(args):
+    """The benchmark suite's EAGLE loop (see the module docstring)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import benchphase
+    import speclm
+    from sglang.srt.speculative.eagle_worker import EAGLEWorker
+
+    timing = args.timing
+    if args.cuda_events:
+        timing = "cuda-events"
+    if args.profile:
+        timing = "torch-profiler"
+    notes = []
+    if args.windows:
+        notes.append("--windows is ignored with --worker sglang")
+    workload = "eagle-" + ("graph" if args.graphs == "on" else "eager")
+    res = {"workload": workload, "ok": False, "timing": timing, "graphs": args.graphs,
+           "steps": args.steps, "pid": os.getpid(), "notes": notes}
+    t_start = time.monotonic()
+    torch.manual_seed(args.seed)
+    dev = "cuda"
+    # Built outside inference mode (ordinary parameters, set in place under no_grad), run inside.
+    draft, target, noise = speclm.build_pair(
+        args.vocab, args.hidden, args.ffn, args.draft_blocks, args.target_extra_blocks,
+        args.max_pos, args.seed, device=dev)
+    with torch.inference_mode():
+        n_draft = sum(p.numel() for p in draft.parameters())
+        n_target = sum(p.numel() for p in target.parameters())
+        _log("draft %.2f B parameters, target %.2f B (bf16), %s" % (n_draft / 1e9, n_target / 1e9, workload))
+
+        def measure(scale):
+            speclm.set_scale(noise, scale)
+            return speclm.agreement(draft, target, args.vocab, args.max_pos, device=dev)
+
+        if args.noise_scale is None or args.calibrate_only:
+            scale, agree = benchphase.calibrate_scale(measure, args.target_agree, log=_log)
+        else:
+            scale = args.noise_scale
+            agree = None
+        speclm.set_scale(noise, scale)
+        if agree is None:
+            agree = speclm.agreement(draft, target, args.vocab, args.max_pos, device=dev)
+        res.update(noise_scale=scale, agreement=agree, draft_params=n_draft, target_params=n_target)
+        _log("noise scale %.6g, draft/target agreement %.3f" % (scale, agree))
+        if args.calibrate_only:
+            res["ok"] = True
+            res["setup_s"] = time.monotonic() - t_start
+            benchphase.write_result(args.result, res)
+            return
+
+        ph = benchphase.Phases(timing, torch)
+        w = EAGLEWorker(draft, target, args.steps, ph)
+        if args.graphs == "on":
+            w.init_cuda_graphs()
+        w.reset()
+        for _ in range(args.warmup):
+            w.forward_batch_generation()
+        torch.cuda.synchronize()
+        ph.reset()
+        n0 = len(w.output_ids)
+        c0 = len(w.accept_lengths)
+        prof = None
+        if timing == "torch-profiler":
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                      torch.profiler.ProfilerActivity.CUDA])
+            prof.__enter__()
+        res["setup_s"] = time.monotonic() - t_start
+        t0 = time.perf_counter()
+        for _ in range(args.cycles):
+            w.forward_batch_generation()
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        phases = ph.summary()
+        if prof is not None:
+            t1 = time.monotonic()
+            prof.__exit__(None, None, None)
+            trace_dir = args.trace_dir or __import__("tempfile").gettempdir()
+            path = os.path.join(trace_dir, "spec_loop-trace-%d.json" % os.getpid())
+            prof.export_chrome_trace(path)
+            try:
+                res["profiler"] = benchphase.aggregate_chrome_trace(path, SGLANG_PHASES)
+            finally:
+                if not args.keep_trace:
+                    os.remove(path)
+                else:
+                    res["profiler_trace"] = path
+            res["profiler_post_s"] = time.monotonic() - t1
+    toks = w.output_ids[n0:]
+    cycles = len(w.accept_lengths) - c0
+    res.update(
+        ok=True, cycles=cycles, tokens=len(toks), token_hash=benchphase.token_hash(toks),
+        loop_s=dt, tok_s=len(toks) / dt, cycle_ms=dt / cycles * 1e3 if cycles else None,
+        accept_len=len(toks) / cycles if cycles else None,
+        phases=phases, phase_metric=benchphase.MODE_METRIC.get(timing),
+        versions={"torch": torch.__version__, "cuda": torch.version.cuda,
+                  "device": torch.cuda.get_device_name(), "python": sys.version.split()[0]},
+    )
+    # SGLang's decode log line (specprof run parses accept len and throughput from it).
+    print("[%s TP0] Decode batch, #running-req: 1, #token: %d, token usage: 0.00, accept len: %.2f, "
+          "accept rate: %.2f, cuda graph: %s, gen throughput (token/s): %.2f, #queue-req: 0, "
+          % (time.strftime("%Y-%m-%d %H:%M:%S"), len(w.output_ids), res["accept_len"] or 0.0,
+             ((res["accept_len"] or 1.0) - 1.0) / args.steps, args.graphs == "on", res["tok_s"]),
+          flush=True)
+    _log("%d cycles, %d tokens, %.1f tok/s, accept length %.3f, cycle %.3f ms"
+         % (cycles, len(toks), res["tok_s"], res["accept_len"] or 0.0, res["cycle_ms"] or 0.0))
+    benchphase.write_result(args.result, res)
 
 
 if __name__ == "__main__":
