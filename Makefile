@@ -8,7 +8,7 @@ BUILD   := build
 STANDIN := $(abspath $(BUILD)/standin)
 BIN     := $(BUILD)/specprof
 
-.PHONY: all build generate check-generate standins test test-unit bench demo lint clean
+.PHONY: all build generate check-generate standins test test-unit bench demo lint clean jaeger
 
 all: build
 
@@ -62,6 +62,11 @@ mockcupti: standins
 # On a CUDA host: assert cupti_min.h and the mock's layouts against NVIDIA's headers.
 cupti-layoutcheck:
 	sh cupti/layoutcheck/run.sh
+
+# Jaeger for the OTLP end-to-end test (cmd/specprof TestJaeger*), built from the Go module proxy
+# at the version pinned in internal/tools/jaeger/go.mod and cached in /var/cache/specprof.
+jaeger:
+	GO=$(GO) sh internal/tools/jaeger/install.sh
 
 # The GPU benchmark suite (issue 6; bench/gpu/suite.py) on a CUDA host with torch and transformers,
 # as root. Builds nothing: build/specprof and build/libspecprof_cupti.so are built elsewhere
