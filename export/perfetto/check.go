@@ -30,10 +30,11 @@ type Track struct{ Pid, Tid int64 }
 
 // Parsed is a trace that passed Check.
 type Parsed struct {
-	Events       []Event
-	ProcessNames map[int64]string
-	ThreadNames  map[Track]string
-	OtherData    map[string]any
+	Events        []Event
+	ProcessNames  map[int64]string
+	ProcessLabels map[int64]string
+	ThreadNames   map[Track]string
+	OtherData     map[string]any
 	// Unnamed lists the tracks with slices but no thread_name, and
 	// processes without process_name (pid, tid -1).
 	Unnamed []Track
@@ -77,7 +78,7 @@ func Check(data []byte) (*Parsed, error) {
 	if top.TraceEvents == nil {
 		return nil, errors.New("no traceEvents array")
 	}
-	p := &Parsed{ProcessNames: map[int64]string{}, ThreadNames: map[Track]string{}, OtherData: top.OtherData}
+	p := &Parsed{ProcessNames: map[int64]string{}, ProcessLabels: map[int64]string{}, ThreadNames: map[Track]string{}, OtherData: top.OtherData}
 	for i, raw := range top.TraceEvents {
 		e, err := parseEvent(raw)
 		if err != nil {
@@ -87,6 +88,8 @@ func Check(data []byte) (*Parsed, error) {
 			switch e.Name {
 			case "process_name":
 				p.ProcessNames[e.Pid], _ = e.Args["name"].(string)
+			case "process_labels":
+				p.ProcessLabels[e.Pid], _ = e.Args["labels"].(string)
 			case "thread_name":
 				p.ThreadNames[Track{e.Pid, e.Tid}], _ = e.Args["name"].(string)
 			}

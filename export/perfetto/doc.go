@@ -5,7 +5,8 @@
 // Layout, on one time axis (CLOCK_MONOTONIC, microseconds from the first
 // event; otherData.base_wall gives the wall-clock time of ts 0):
 //
-//   - one track (pid) per traced process, one thread track per thread: the
+//   - one track (pid) per traced process (labelled with its TP rank when
+//     known), one thread track per thread: the
 //     cycle as a slice, its phases as slices nested in it, blocking calls
 //     (syncs, synchronous copies) nested in their phase;
 //   - one synthetic process per (traced process, GPU device), named

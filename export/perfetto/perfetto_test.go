@@ -100,6 +100,10 @@ func TestTrace(t *testing.T) {
 		}
 	}
 
+	if p.ProcessLabels[200] != "rank 1" || p.ProcessLabels[100] != "rank 0" {
+		t.Errorf("process labels %v", p.ProcessLabels)
+	}
+
 	// Every GPU record is a slice at its exact time on its stream's track;
 	// every launch has a flow.
 	type gk struct {

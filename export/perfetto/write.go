@@ -100,6 +100,7 @@ type outTrack struct{ pid, tid int }
 type layout struct {
 	where    []outTrack // per slice
 	procs    map[int]string
+	plabels  map[int]string // process_labels (the TP rank)
 	psort    map[int]int
 	threads  map[outTrack]string
 	tsort    map[outTrack]int
@@ -107,7 +108,7 @@ type layout struct {
 }
 
 func (t *Trace) layout() *layout {
-	lo := &layout{where: make([]outTrack, len(t.slices)), procs: map[int]string{}, psort: map[int]int{},
+	lo := &layout{where: make([]outTrack, len(t.slices)), procs: map[int]string{}, plabels: map[int]string{}, psort: map[int]int{},
 		threads: map[outTrack]string{}, tsort: map[outTrack]int{}}
 	groups := map[trackKey][]int{}
 	for i := range t.slices {
@@ -150,6 +151,9 @@ func (t *Trace) layout() *layout {
 			if _, ok := lo.procs[k.pid]; !ok && pi != nil {
 				lo.procs[k.pid] = pi.name(k.pid)
 				lo.psort[k.pid] = k.pid
+				if pi.rank >= 0 {
+					lo.plabels[k.pid] = fmt.Sprintf("rank %d", pi.rank)
+				}
 			} else if !ok {
 				lo.procs[k.pid] = fmt.Sprintf("pid %d", k.pid)
 				lo.psort[k.pid] = k.pid
@@ -227,6 +231,14 @@ func (t *Trace) Write(w io.Writer) error {
 		e.raw(`,"tid":0,"args":{"name":`)
 		e.str(lo.procs[p])
 		e.raw(`}}`)
+		if l, ok := lo.plabels[p]; ok {
+			e.begin()
+			e.raw(`"ph":"M","name":"process_labels","pid":`)
+			e.int(int64(p))
+			e.raw(`,"tid":0,"args":{"labels":`)
+			e.str(l)
+			e.raw(`}}`)
+		}
 		e.begin()
 		e.raw(`"ph":"M","name":"process_sort_index","pid":`)
 		e.int(int64(p))
