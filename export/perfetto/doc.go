@@ -6,9 +6,9 @@
 // event; otherData.base_wall gives the wall-clock time of ts 0):
 //
 //   - one track (pid) per traced process (labelled with its TP rank when
-//     known), one thread track per thread: the
-//     cycle as a slice, its phases as slices nested in it, blocking calls
-//     (syncs, synchronous copies) nested in their phase;
+//     known), one thread track per thread: the cycle as a slice, its
+//     phases as slices nested in it, blocking calls (syncs, synchronous
+//     copies) nested in their phase;
 //   - one synthetic process per (traced process, GPU device), named
 //     "GPU <n>", with one thread track per stream, "GPU <n> / stream <s>":
 //     kernels, copies and sets as slices; a collective whose kernel is
