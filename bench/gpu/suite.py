@@ -182,6 +182,10 @@ def parse_args(argv=None):
                    help="skip the calibration runs (each run then calibrates itself)")
     p.add_argument("--dry-run", action="store_true",
                    help="trivial Python commands instead of the workloads (checks the driver; no GPU)")
+    p.add_argument("--export", default="", metavar="DIR",
+                   help="also copy raw.csv, phases.csv, table.md, versions.txt to DIR after every run, "
+                        "and at the end runs-<session>.tar.gz (the runs' small files, < 15 MiB): five "
+                        "files, for a device call that returns only a few files from $OUT")
     p.add_argument("--render-only", action="store_true",
                    help="run nothing: rewrite --out/table.md from --out/raw.csv (and the --merge dirs)")
     p.add_argument("--merge", action="append", default=[], metavar="DIR",
@@ -622,6 +626,53 @@ class Suite:
                                      "metric": metric, "ms": "%.6f" % v, "n": d.get("n", "")})
         self.write_table()
 
+    def export(self, final=False):
+        """Copies the result files to --export (and the runs' archive when final)."""
+        dst = self.a.export
+        if not dst:
+            return
+        try:
+            os.makedirs(dst, exist_ok=True)
+            for name in ("raw.csv", "phases.csv", "table.md", "versions.txt"):
+                src = os.path.join(self.a.out, name)
+                if os.path.exists(src):
+                    tmp = os.path.join(dst, "." + name + ".tmp")
+                    with open(src, "rb") as fi, open(tmp, "wb") as fo:
+                        fo.write(fi.read())
+                    os.replace(tmp, os.path.join(dst, name))
+            if final:
+                self.export_runs(dst)
+        except Exception as e:   # never stop the measurements for it
+            log("[suite] export to %s failed: %s" % (dst, e))
+
+    def export_runs(self, dst, keep=256 << 10):
+        """runs-<session>.tar.gz: per run cmd.txt, result.json, specprof/report.json and the last
+        `keep` bytes of stdout.txt / stderr.txt (bounded: a few MiB at most)."""
+        import io
+        import tarfile
+        path = os.path.join(dst, "runs-%s.tar.gz" % self.session)
+        runs = os.path.join(self.a.out, "runs")
+        wanted = ("cmd.txt", "result.json", "stdout.txt", "stderr.txt", os.path.join("specprof", "report.json"))
+        with tarfile.open(path + ".tmp", "w:gz") as tar:
+            for d in sorted(os.listdir(runs)):
+                if not d.startswith(self.session):
+                    continue
+                for rel in wanted:
+                    fp = os.path.join(runs, d, rel)
+                    if not os.path.isfile(fp):
+                        continue
+                    with open(fp, "rb") as f:
+                        f.seek(0, os.SEEK_END)
+                        size = f.tell()
+                        f.seek(max(0, size - keep) if rel.endswith(".txt") and rel != "cmd.txt" else 0)
+                        data = f.read()
+                    info = tarfile.TarInfo(os.path.join("runs", d, rel))
+                    info.size = len(data)
+                    info.mtime = int(os.path.getmtime(fp))
+                    tar.addfile(info, io.BytesIO(data))
+        os.replace(path + ".tmp", path)
+        log("[suite] exported %s (%d bytes)" % (path, os.path.getsize(path)))
+
     def write_table(self):
         try:
             text = render(self.rows, self.meta, self.a)
@@ -633,6 +684,7 @@ class Suite:
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, self.table_path)
+        self.export()
 
     def versions(self):
         a = self.a
@@ -698,6 +750,7 @@ class Suite:
         self.meta["finished"] = now_utc().strftime("%Y-%m-%d %H:%M:%S UTC")
         self.meta["elapsed_s"] = self.elapsed()
         self.write_table()
+        self.export(final=True)
         mine = [r for r in self.rows if r["session"] == self.session and r["method"] != "calib"]
         ok = sum(1 for r in mine if r["status"] in ("ok", "partial"))
         log("[suite] done in %.0f s: %d runs ok/partial, %d failed, %d skipped; %s"

@@ -213,6 +213,26 @@ class TestDriver(DryRunBase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(len(self.rows()), 2 + 3 * 7)
 
+    def test_export_for_a_device_call(self):
+        """--export DIR: at most a few flat files (a device call returns 8 files from $OUT)."""
+        import tarfile
+        exp = os.path.join(self.tmp, "OUT")
+        r = self.suite("--reps", "1", "--workloads", "eagle-graph", "--export", exp)
+        self.assertEqual(r.returncode, 0, self.last_output)
+        names = sorted(os.listdir(exp))
+        self.assertEqual(len(names), 5, names)
+        arch = [n for n in names if n.startswith("runs-") and n.endswith(".tar.gz")]
+        self.assertEqual(len(arch), 1, names)
+        self.assertEqual([n for n in names if n not in arch], ["phases.csv", "raw.csv", "table.md", "versions.txt"])
+        with open(os.path.join(exp, "raw.csv")) as a, open(os.path.join(self.out, "raw.csv")) as b:
+            self.assertEqual(a.read(), b.read())
+        with tarfile.open(os.path.join(exp, arch[0])) as tar:
+            members = tar.getnames()
+        self.assertEqual(sum(1 for m in members if m.endswith("/result.json")), 7 + 1)
+        self.assertEqual(sum(1 for m in members if m.endswith("specprof/report.json")), 2)
+        for n in names:
+            self.assertRegex(n, r"^[A-Za-z0-9._-]+$")
+
     def test_failures_are_recorded(self):
         r = self.suite("--reps", "1", env={
             "FAKE_SPECPROF_FAIL": "on",
