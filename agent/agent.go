@@ -47,6 +47,9 @@ type Options struct {
 	// collectives and syncs travel.
 	OnCycle func(*CycleTrace)
 	Detail  bool
+	// CollectiveRanks is the number of ranks in the NCCL communicators, for
+	// bus bandwidth; 0 counts the traced processes that make collectives.
+	CollectiveRanks int
 	// OnSample receives the CPU sampler's samples, symbolized.
 	OnSample func(*CPUSample)
 	// GPUHorizon is how late CUPTI records may arrive after the launch
@@ -91,6 +94,10 @@ type Agent struct {
 	started time.Time
 	gpu     *GPUHandler
 	joiner  *correlate.Joiner[correlate.Key]
+	// Kernel names by pid and the CUPTI library's name id, copied from the
+	// connection as records arrive (the joiner hands out ids, later).
+	kernelNames map[int]map[uint32]string
+	corrAlias   map[int]*corrAliases // by pid (gpujoin.go)
 }
 
 // New creates an Agent over the given probes.
@@ -224,6 +231,8 @@ func (a *Agent) handle(ev any) {
 		a.onLibOpen(e)
 	case *bpf.ProcEvent:
 		a.onProc(e)
+	case *bpf.Sample:
+		a.onSample(e)
 	}
 }
 
@@ -434,6 +443,7 @@ func (a *Agent) Report() *Report {
 	r.End = time.Now()
 	if l, err := a.pr.Lost(); err == nil {
 		r.Loss.RingBuf, r.Loss.Scratch, r.Loss.OpenAt = l.RingBuf, l.Scratch, l.OpenAt
+		r.Loss.SamplesLost = l.Sample
 	}
 	r.Processes = nil
 	for _, p := range a.procs {

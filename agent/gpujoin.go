@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"sort"
+
 	"github.com/specprof/specprof/agent/correlate"
 	"github.com/specprof/specprof/bpf"
 	"github.com/specprof/specprof/cupti"
@@ -20,7 +22,11 @@ func (a *Agent) newJoiner() error {
 	j, err := correlate.New(correlate.Options[correlate.Key]{
 		Horizon: a.opts.GPUHorizon,
 		Slack:   a.opts.LaunchSlack,
+		// The library forwards CUPTI's buffers in order, and CUPTI writes a
+		// thread's API records as its calls return.
+		InOrder: true,
 		OnFinal: a.onGPUFinal,
+		OnJoin:  a.onGPUJoin,
 	})
 	if err != nil {
 		return err
@@ -108,26 +114,39 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 	}
 	pid := int(c.Info().Pid)
 	var wm uint64
-	for i := range b.APIs {
-		r := &b.APIs[i]
+	al := a.aliases(pid)
+	for _, r := range outermost(b.APIs, al) {
 		a.joiner.API(&correlate.APIRecord{Start: r.Start, End: r.End, PID: pid, TID: int(r.Tid), Corr: r.CorrelationID, Cbid: r.Cbid})
-		wm = max(wm, r.End)
+	}
+	for i := range b.APIs {
+		wm = max(wm, b.APIs[i].End)
+	}
+	names := a.kernelNames[pid]
+	if names == nil && len(b.Kernels) > 0 {
+		if a.kernelNames == nil {
+			a.kernelNames = map[int]map[uint32]string{}
+		}
+		names = map[uint32]string{}
+		a.kernelNames[pid] = names
 	}
 	for i := range b.Kernels {
 		k := &b.Kernels[i]
-		a.joiner.GPU(&correlate.GPURecord{Start: k.Start, End: k.End, PID: pid, Corr: k.CorrelationID, Stream: k.Stream,
+		if _, ok := names[k.NameID]; !ok {
+			names[k.NameID] = c.Name(k.NameID)
+		}
+		a.joiner.GPU(&correlate.GPURecord{Start: k.Start, End: k.End, PID: pid, Corr: al.of(k.CorrelationID), Stream: k.Stream,
 			Device: k.Device, Name: k.NameID, GraphID: k.GraphID, Kind: correlate.Kernel})
 		wm = max(wm, k.End)
 	}
 	for i := range b.Memcpys {
 		r := &b.Memcpys[i]
-		a.joiner.GPU(&correlate.GPURecord{Start: r.Start, End: r.End, Bytes: r.Bytes, PID: pid, Corr: r.CorrelationID,
+		a.joiner.GPU(&correlate.GPURecord{Start: r.Start, End: r.End, Bytes: r.Bytes, PID: pid, Corr: al.of(r.CorrelationID),
 			Stream: r.Stream, Device: r.Device, GraphID: r.GraphID, Kind: correlate.Memcpy})
 		wm = max(wm, r.End)
 	}
 	for i := range b.Memsets {
 		r := &b.Memsets[i]
-		a.joiner.GPU(&correlate.GPURecord{Start: r.Start, End: r.End, Bytes: r.Bytes, PID: pid, Corr: r.CorrelationID,
+		a.joiner.GPU(&correlate.GPURecord{Start: r.Start, End: r.End, Bytes: r.Bytes, PID: pid, Corr: al.of(r.CorrelationID),
 			Stream: r.Stream, Device: r.Device, GraphID: r.GraphID, Kind: correlate.Memset})
 		wm = max(wm, r.End)
 	}
@@ -164,4 +183,98 @@ func (a *Agent) flushJoiner() {
 			a.drain(p, t, m, true)
 		}
 	}
+}
+
+// CUPTI domains of API records (CUpti_CallbackDomain).
+const (
+	domainDriver  = 1
+	domainRuntime = 2
+)
+
+// corrAliases maps the correlation ids of driver records nested in a
+// runtime record to the runtime record's id: one call, one record for the
+// joiner. Two generations bound it.
+type corrAliases struct {
+	cur, prev map[uint32]uint32
+}
+
+const maxAliases = 1 << 16
+
+func (a *Agent) aliases(pid int) *corrAliases {
+	if a.corrAlias == nil {
+		a.corrAlias = map[int]*corrAliases{}
+	}
+	al := a.corrAlias[pid]
+	if al == nil {
+		al = &corrAliases{cur: map[uint32]uint32{}}
+		a.corrAlias[pid] = al
+	}
+	return al
+}
+
+func (al *corrAliases) add(from, to uint32) {
+	if len(al.cur) >= maxAliases {
+		al.prev, al.cur = al.cur, make(map[uint32]uint32, maxAliases)
+	}
+	al.cur[from] = to
+}
+
+// of returns the id a GPU record's correlation id stands for.
+func (al *corrAliases) of(corr uint32) uint32 {
+	if to, ok := al.cur[corr]; ok {
+		return to
+	}
+	if to, ok := al.prev[corr]; ok {
+		return to
+	}
+	return corr
+}
+
+// outermost returns the batch's API records less the driver records nested
+// in a runtime record of the same thread, which become aliases of it. A
+// runtime call (cudaLaunchKernel) makes the driver call that the uprobe saw
+// (cuLaunchKernel), and its GPU work carries the runtime call's
+// correlation id; the runtime record's window also contains the uprobe's
+// time even when the thread was preempted before the driver call's start
+// was stamped. Records come back in start order per thread.
+func outermost(recs []cupti.API, al *corrAliases) []cupti.API {
+	hasRuntime := false
+	for i := range recs {
+		if recs[i].Domain == domainRuntime {
+			hasRuntime = true
+			break
+		}
+	}
+	if !hasRuntime {
+		return recs
+	}
+	s := append([]cupti.API(nil), recs...)
+	sort.Slice(s, func(i, j int) bool {
+		if s[i].Tid != s[j].Tid {
+			return s[i].Tid < s[j].Tid
+		}
+		if s[i].Start != s[j].Start {
+			return s[i].Start < s[j].Start
+		}
+		return s[i].Domain == domainRuntime && s[j].Domain != domainRuntime // the outer one first
+	})
+	out := s[:0]
+	var open *cupti.API // the innermost runtime record that may contain what follows
+	var openCopy cupti.API
+	for i := range s {
+		r := s[i]
+		if open != nil && (open.Tid != r.Tid || r.Start > open.End) {
+			open = nil
+		}
+		if open != nil && r.Domain == domainDriver && r.End <= open.End {
+			al.add(r.CorrelationID, open.CorrelationID)
+			continue
+		}
+		out = append(out, r)
+		if r.Domain == domainRuntime {
+			openCopy = r
+			open = &openCopy
+		}
+	}
+	return out
 }

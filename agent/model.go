@@ -18,6 +18,13 @@ type PhaseStats struct {
 	Colls       int64  `json:"collectives"`
 	CollBytes   int64  `json:"collective_bytes"`
 	Markers     int64  `json:"markers"` // event records, async copies, captures
+	// CPU time from the CPU sampler: the samples taken in the phase and the
+	// time they stand for (samples × period).
+	CPUSamples int64 `json:"cpu_samples,omitempty"`
+	CPUNs      int64 `json:"cpu_ns,omitempty"`
+	// CollGPUNs is the GPU time of the phase's collective kernels (NCCL and
+	// custom all-reduce, recognised by name): the allreduce share of a phase.
+	CollGPUNs int64 `json:"collective_gpu_ns,omitempty"`
 	// GPU side (from CUPTI records joined to this phase's launches).
 	GPUCycles      int   `json:"gpu_cycles,omitempty"`       // cycles whose GPU work of this phase is known
 	GPUKernels     int64 `json:"gpu_kernels,omitempty"`      // kernels launched by the phase
@@ -41,6 +48,9 @@ func (s *PhaseStats) add(o *PhaseStats) {
 	s.Colls += o.Colls
 	s.CollBytes += o.CollBytes
 	s.Markers += o.Markers
+	s.CPUSamples += o.CPUSamples
+	s.CPUNs += o.CPUNs
+	s.CollGPUNs += o.CollGPUNs
 	s.addGPU(o)
 	for k, v := range o.SyncSites {
 		if s.SyncSites == nil {
@@ -102,6 +112,7 @@ type Loss struct {
 	Stale         uint64 `json:"stale_code_objects"`
 	SymbolErrors  uint64 `json:"symbolize_errors"`
 	UnmatchedExit uint64 `json:"sync_exits_without_entry"`
+	SamplesLost   uint64 `json:"cpu_samples_ringbuf_full"` // CPU samples dropped (ring buffer full)
 	// Joining launches with CUPTI records (see correlate.Stats).
 	LaunchesWithoutAPI uint64 `json:"launches_without_cupti_api_record"`
 	GPUUnhooked        uint64 `json:"gpu_records_of_unhooked_calls"`
@@ -120,6 +131,7 @@ type Report struct {
 	Processes []*ProcessReport `json:"processes"`
 	Loss      Loss             `json:"loss"`
 	Events    int64            `json:"events"`
+	CPU       SamplerStats     `json:"cpu_sampler,omitzero"`   // the CPU sampler (zero when it was off)
 	Spec      *SpecMetrics     `json:"spec_metrics,omitempty"` // the server's own numbers, when a source was given
 }
 

@@ -24,6 +24,15 @@ type process struct {
 	rep     *ProcessReport
 	exited  bool
 	probs   map[string]bool
+	smp     *procSamples // CPU sampler state (sampler.go)
+
+	// Cycle timelines (cycletrace.go).
+	frames      map[siteKey]Frame
+	cycleFrame  Frame // the preset's cycle function, once seen
+	titleRead   bool
+	title       string
+	rank        int
+	collectives bool // made NCCL calls
 }
 
 func (p *process) problem(s string) {
@@ -47,6 +56,8 @@ type pendingSync struct {
 	ktime uint64
 	phase uint16
 	site  string
+	frame Frame // with Options.OnCycle
+	bytes int64
 }
 
 type thread struct {
@@ -62,6 +73,7 @@ type thread struct {
 	cur        map[uint16]*phaseAcc
 	pending    []pendingSync
 	lastPhase  uint16
+	build      *cycleBuild // the open cycle's timeline (Options.OnCycle, collectives)
 
 	win      map[uint16]*PhaseStats
 	winFirst int
@@ -80,6 +92,8 @@ type thread struct {
 	cycles   int
 	calls    int64
 	resolved int64
+
+	smp threadSamples // CPU samples waiting for their cycle (sampler.go)
 }
 
 func (p *process) thread(tid int) *thread {
@@ -140,6 +154,7 @@ func (a *Agent) resolve(p *process, e *bpf.APIEvent) (uint16, uint64) {
 		}
 		if ph != 0 {
 			if cls.Cycle {
+				a.noteCycleFrame(p, code)
 				return ph, py.FrameAddrs[i]
 			}
 			continue
@@ -150,9 +165,11 @@ func (a *Agent) resolve(p *process, e *bpf.APIEvent) (uint16, uint64) {
 				ph = cls.AltPhase
 			}
 			if cls.Cycle {
+				a.noteCycleFrame(p, code)
 				return ph, py.FrameAddrs[i]
 			}
 		} else if cls.Cycle {
+			a.noteCycleFrame(p, code)
 			cyc = py.FrameAddrs[i]
 		}
 		if cls.Marker {
@@ -231,6 +248,12 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 
 	acc := t.acc(ph, e.Ktime, m)
 	a.joinLaunch(p, t, e, ph)
+	if e.Type == bpf.EvColl && e.API.IsCollective() {
+		p.collectives = true
+	}
+	if a.tracing() {
+		a.traceCall(p, t, e, ph, m)
+	}
 	ev := Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: kindOf(e.Type), API: e.API.String(),
 		Phase: m.PhaseName(ph), Stream: e.Stream, Handle: e.Handle}
 	if t.inCycle {
@@ -249,7 +272,11 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 		if e.API == bpf.APIMemcpyDtoH {
 			ev.Bytes = int64(e.Arg0)
 		}
-		t.pending = append(t.pending, pendingSync{api: e.API, ktime: e.Ktime, phase: ph, site: site})
+		ps := pendingSync{api: e.API, ktime: e.Ktime, phase: ph, site: site, bytes: ev.Bytes}
+		if a.tracing() {
+			ps.frame = a.frameOf(p, e.Py.LeafCode, e.Py.LeafInstr)
+		}
+		t.pending = append(t.pending, ps)
 	case bpf.EvColl:
 		if e.API.IsCollective() {
 			acc.Colls++
@@ -286,6 +313,9 @@ func (a *Agent) onSyncExit(e *bpf.SyncExit) {
 		acc := t.acc(ps.phase, e.Ktime, m)
 		wait := int64(e.Ktime - ps.ktime)
 		acc.SyncWaitNs += wait
+		if a.tracing() {
+			a.traceSync(p, t, ps, wait, m)
+		}
 		if ps.site != "" {
 			if acc.SyncSites == nil {
 				acc.SyncSites = map[string]int64{}
@@ -376,6 +406,11 @@ type closedCycle struct {
 	phases     map[uint16]*PhaseStats
 	gpuPending int
 	gpu        bool
+	// The timeline (Options.OnCycle): first and last call per phase, the
+	// builder that GPU records still join, and the trace handed out.
+	spans map[uint16][2]uint64
+	build *cycleBuild
+	trace *CycleTrace
 }
 
 func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
@@ -384,12 +419,25 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 	}
 	t.inCycle = false
 	cc := &closedCycle{no: t.cycleNo, spanNs: int64(t.cycleLast - t.cycleFirst), phases: map[uint16]*PhaseStats{}}
+	if a.tracing() {
+		cc.spans = make(map[uint16][2]uint64, len(t.cur))
+	}
 	for ph, pa := range t.cur {
 		pa.Cycles = 1
 		pa.CPUSpanNs = int64(pa.last - pa.first)
 		st := pa.PhaseStats
 		cc.phases[ph] = &st
+		if cc.spans != nil {
+			cc.spans[ph] = [2]uint64{pa.first, pa.last}
+		}
 	}
+	if a.tracing() {
+		a.closeTrace(p, t, cc)
+	} else {
+		cc.build = t.build // collective kernels still to come
+		t.build = nil
+	}
+	a.foldSamples(t, cc, m)
 	t.cur = map[uint16]*phaseAcc{}
 	// GPU work of this cycle is complete once every phase key that sent
 	// launches to the joiner is finalized; some may already be.
@@ -434,6 +482,9 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 		delete(t.byCycle, cc.no)
 		if t.cycles == 0 || t.winFirst == 0 {
 			t.winFirst = cc.no
+		}
+		if a.tracing() {
+			a.finishTrace(p, t, cc, m)
 		}
 		t.cycles++
 		t.totalNs += cc.spanNs

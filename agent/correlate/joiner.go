@@ -169,7 +169,14 @@ func (j *Joiner[K]) Launch(pid, tid int, ktime uint64, key K) {
 	ki, kg := p.keyFor(key, ktime)
 	th := p.thread(tid)
 	if th.ah < len(th.as) {
-		if i := th.findAPI(ktime, j.slack); i >= 0 {
+		i := th.findAPI(ktime, j.slack)
+		if i < 0 && j.o.InOrder {
+			i = th.nextAPI(ktime)
+			if i >= 0 {
+				j.st.PreemptedLaunches++
+			}
+		}
+		if i >= 0 {
 			p.matchLaunch(ki, kg)
 			e := &th.as[i]
 			if e.state == apiMatched {
@@ -231,6 +238,23 @@ func (j *Joiner[K]) API(r *APIRecord) {
 			e.key = -1
 			p.liveL--
 		}
+		if ki < 0 && j.o.InOrder {
+			// The InOrder rule (Options.InOrder): the latest pending
+			// launch before the window, made after the thread's previous
+			// call returned.
+			if i := th.lowerLaunch(satSub(r.Start, j.slack)) - 1; i >= th.lh {
+				if e := &th.ls[i]; e.key >= 0 && e.t > th.prevEnd {
+					ki, kg = e.key, e.gen
+					j.st.PreemptedLaunches++
+					p.matchLaunch(e.key, e.gen)
+					e.key = -1
+					p.liveL--
+				}
+			}
+		}
+	}
+	if end > th.prevEnd {
+		th.prevEnd = end
 	}
 	// Until the CPU watermark passes the record, a launch inside it may still
 	// come: keep it findable.
@@ -307,6 +331,7 @@ func (j *Joiner[K]) AdvanceCPU(pid int, ns uint64) {
 					p.noLaunch(ci)
 				}
 			}
+			th.frontEnd = max(th.frontEnd, e.end)
 			th.ah++
 			p.entA--
 		}
@@ -449,6 +474,7 @@ func (p *proc[K]) thread(tid int) *thread {
 		if n := len(p.thrFree); n > 0 {
 			th = p.thrFree[n-1]
 			p.thrFree = p.thrFree[:n-1]
+			th.prevEnd, th.frontEnd = 0, 0
 		} else {
 			th = &thread{}
 		}
@@ -590,6 +616,7 @@ func (p *proc[K]) deliver(c *corrState, r *GPURecord) {
 			k.lastGPU = max(k.lastGPU, r.End)
 			j.st.Joined++
 			if j.o.OnJoin != nil {
+				r.APIStart = c.start
 				j.o.OnJoin(k.key, r)
 			}
 			return
@@ -796,6 +823,7 @@ func (p *proc[K]) evictAPI(th *thread) bool {
 		return false
 	}
 	e := th.as[th.ah]
+	th.frontEnd = max(th.frontEnd, e.end)
 	th.ah++
 	p.entA--
 	p.j.st.CapEvictions++

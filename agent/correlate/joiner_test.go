@@ -10,6 +10,7 @@ import (
 
 var k1 = Key{Thread: 11, Cycle: 1, Phase: 1}
 var k2 = Key{Thread: 11, Cycle: 1, Phase: 2}
+var k3 = Key{Thread: 12, Cycle: 1, Phase: 1}
 
 func TestJoinExact(t *testing.T) {
 	r := newRec()
@@ -416,6 +417,58 @@ func TestSlack(t *testing.T) {
 	j.AdvanceCPU(1, 1000)
 	j.AdvanceGPU(1, 5000)
 	if s := j.Stats(); s.UnmatchedLaunches != 1 || s.APINoLaunch != 1 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+// TestInOrderPreempted: a thread preempted between the uprobe and CUPTI's
+// stamp leaves its launch far before the record; with InOrder the record
+// takes it (it is the thread's only launch since the previous call
+// returned), while a record of an unhooked call never takes a launch made
+// before the previous call returned.
+func TestInOrderPreempted(t *testing.T) {
+	r := newRec()
+	j := newJoiner(t, r, Options[Key]{Slack: 5, InOrder: true})
+	j.Launch(1, 11, 100, k1) // preempted: CUPTI stamps the call at 500
+	j.Launch(1, 11, 700, k2) // its record is lost
+	j.Launch(1, 12, 100, k3) // another thread: never taken by thread 11's records
+	j.API(api(1, 11, 7, 500, 520))
+	j.API(api(1, 11, 8, 600, 610)) // an unhooked call before the lost record's launch
+	j.API(api(1, 11, 9, 900, 950)) // unhooked, after the lost record: takes k2 (the rule's limit)
+	j.GPU(kern(1, 7, 530, 540, 1))
+	j.GPU(kern(1, 8, 615, 625, 1))
+	j.AdvanceCPU(1, 1<<20)
+	j.AdvanceGPU(1, 1<<21)
+	s := j.Stats()
+	checkIdentities(t, s)
+	if r.finals[k1].Kernels != 1 || r.finals[k1].BusyNs != 10 {
+		t.Fatalf("preempted launch not joined: %+v", r.finals[k1])
+	}
+	if s.PreemptedLaunches != 2 || s.GPUNoLaunch != 1 || r.finals[k3].MatchedLaunches != 0 {
+		t.Fatalf("%+v %+v", s, r.finals[k3])
+	}
+	// The same when the launch arrives after the records (ring buffer
+	// backlog): the first record after it, if the one before ended earlier.
+	r = newRec()
+	j = newJoiner(t, r, Options[Key]{Slack: 5, InOrder: true})
+	j.API(api(1, 11, 6, 40, 60))
+	j.API(api(1, 11, 7, 500, 520))
+	j.GPU(kern(1, 7, 530, 540, 1))
+	j.Launch(1, 11, 100, k1)
+	j.Launch(1, 11, 50, k2) // inside record 6
+	j.AdvanceCPU(1, 1<<20)
+	j.AdvanceGPU(1, 1<<21)
+	if s := j.Stats(); r.finals[k1].Kernels != 1 || s.PreemptedLaunches != 1 || s.MatchedLaunches != 2 {
+		t.Fatalf("launch after its record: %+v %+v", s, r.finals[k1])
+	}
+	// Without InOrder the preempted launch stays unmatched, counted.
+	r = newRec()
+	j = newJoiner(t, r, Options[Key]{Slack: 5})
+	j.Launch(1, 11, 100, k1)
+	j.API(api(1, 11, 7, 500, 520))
+	j.AdvanceCPU(1, 1<<20)
+	j.AdvanceGPU(1, 1<<21)
+	if s := j.Stats(); s.UnmatchedLaunches != 1 || s.PreemptedLaunches != 0 {
 		t.Fatalf("%+v", s)
 	}
 }

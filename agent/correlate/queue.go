@@ -119,6 +119,11 @@ type thread struct {
 	as     []apiEnt
 	ah     int
 	maxDur uint64 // longest API record in as since it was last empty
+	// prevEnd is the latest end of the thread's API records so far: with
+	// Options.InOrder, where the thread's previous call returned.
+	prevEnd uint64
+	// frontEnd is the latest end of the records dropped from the front of as.
+	frontEnd uint64
 	// touched is set by inserts and cleared by sweeps: an empty thread is
 	// dropped only after a whole sweep without traffic.
 	touched bool
@@ -237,6 +242,24 @@ func (t *thread) findAPI(x, slack uint64) int {
 		best = i
 	}
 	return best
+}
+
+// nextAPI is findAPI's InOrder counterpart for a launch that arrives after
+// its record (see Options.InOrder): the first record starting after x, if
+// it is still waiting for a launch and the record before it ended before x.
+func (t *thread) nextAPI(x uint64) int {
+	i := t.upperAPI(x)
+	if i >= len(t.as) || t.as[i].state != apiPending {
+		return -1
+	}
+	prevEnd := t.frontEnd
+	if i > t.ah {
+		prevEnd = t.as[i-1].end
+	}
+	if prevEnd >= x {
+		return -1
+	}
+	return i
 }
 
 // findAPIEnt returns the index of the entry for corr starting at start, or -1.

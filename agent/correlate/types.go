@@ -43,6 +43,9 @@ type GPURecord struct {
 	Name       uint32 // the caller's interned kernel name id (per-name totals)
 	GraphID    uint32
 	Kind       Kind
+	// APIStart is set by the Joiner on records it hands to OnJoin: the
+	// start of the API record (the launching call) it joined through.
+	APIStart uint64
 }
 
 // APIRecord is one driver-API record from CUPTI: the CPU side of a call and
@@ -130,6 +133,15 @@ type Options[K comparable] struct {
 	// Zero matches exactly.
 	Slack time.Duration
 
+	// InOrder says that each thread's API records arrive in the order the
+	// calls returned (CUPTI writes them at exit, so a thread's records come
+	// in order unless some are lost). A record that contains no launch then
+	// takes the thread's latest pending launch made after the previous
+	// record ended: the uprobe fired, and the thread was preempted for more
+	// than Slack before CUPTI stamped the call's start. Without InOrder such
+	// a launch stays unmatched (counted).
+	InOrder bool
+
 	MaxLaunches int // pending launches (deque entries)
 	MaxAPIs     int // API records waiting on the CPU watermark
 	MaxGPU      int // GPU records buffered while their API record is missing or undecided
@@ -209,6 +221,7 @@ type Stats struct {
 	UnmatchedLaunches uint64 // launches whose API record never came (CUPTI lost it)
 	LateLaunches      uint64 // launches whose key was already finalized (their records count as Late)
 	SharedAPI         uint64 // launches inside an API record another launch had already matched
+	PreemptedLaunches uint64 // of MatchedLaunches, matched by the InOrder rule (before the record's start - Slack)
 
 	MatchedAPIs   uint64 // API records with a launch
 	APINoLaunch   uint64 // API records without launch: calls not hooked

@@ -29,6 +29,7 @@ type fileInfo struct {
 	isELF  bool
 	probed bool
 	syms   map[string]*elf.Symbol
+	funcs  *SymTable // FuncSymbols; nil until first needed
 }
 
 // elfCacheSize bounds the number of files kept; a torch process maps a few

@@ -41,6 +41,8 @@ type sessionFlags struct {
 	cupti    string
 	cuptiLib string
 	spec     string
+	cpuHz    int
+	ranks    int
 }
 
 func (f *sessionFlags) register(c *cobra.Command) {
@@ -57,6 +59,8 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	for _, k := range sinkKinds {
 		k.flags(fl)
 	}
+	fl.IntVar(&f.ranks, "collective-ranks", 0, "ranks per NCCL communicator, for bus bandwidth (default: the number of traced processes making collectives)")
+	fl.IntVar(&f.cpuHz, "cpu-hz", bpf.DefaultSampleHz, "sample the CPU of the target's threads this many times per second, with their Python stacks (0: off)")
 	fl.StringVar(&f.spec, "spec-metrics", "log", "accept length and tok/s: 'log' (the target's Decode batch / SpecDecoding log lines; run only), a Prometheus URL (http://host:port/metrics), or 'off'")
 }
 
@@ -96,6 +100,9 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.cpuHz < 0 {
+		return nil, fmt.Errorf("--cpu-hz %d: must be 0 (off) or more", f.cpuHz)
+	}
 	if f.interval < 0 {
 		return nil, fmt.Errorf("--interval %d: must be 0 or more", f.interval)
 	}
@@ -124,7 +131,16 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		return nil, err
 	}
 	s.tr = tr
-	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log}
+	if f.cpuHz > 0 {
+		if err := tr.StartSampler(f.cpuHz); err != nil {
+			tr.Close()
+			return nil, fmt.Errorf("%w (--cpu-hz 0 turns CPU sampling off)", err)
+		}
+	}
+	if f.ranks < 0 {
+		return nil, fmt.Errorf("--collective-ranks %d: must be 0 (count the traced processes) or more", f.ranks)
+	}
+	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log, CollectiveRanks: f.ranks}
 	if !f.quiet && f.interval > 0 {
 		opts.OnWindow = func(w *agent.Window) {
 			s.mu.Lock()

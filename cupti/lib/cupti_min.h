@@ -55,6 +55,9 @@ enum {
 /* CUpti_ActivityFlag: CUPTI_ACTIVITY_FLAG_FLUSH_FORCED. */
 #define SPC_FLUSH_FORCED 1u
 
+/* CUpti_ActivityThreadIdType: CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM (gettid on Linux). */
+#define SPC_THREAD_ID_TYPE_SYSTEM 1u
+
 /* CUpti_CallbackDomain, CUpti_ApiCallbackSite, CUpti_CallbackIdResource. */
 enum { SPC_DOMAIN_DRIVER_API = 1, SPC_DOMAIN_RUNTIME_API = 2, SPC_DOMAIN_RESOURCE = 3 };
 enum { SPC_API_ENTER = 0, SPC_API_EXIT = 1 };
@@ -274,6 +277,7 @@ struct spc_api_table {
     spc_result (*GetTimestamp)(uint64_t *timestamp);
     spc_result (*GetGraphId)(void *graph, uint32_t *id);         /* optional */
     spc_result (*GetGraphNodeId)(void *node, uint64_t *id);      /* optional */
+    spc_result (*SetThreadIdType)(uint32_t type);                /* optional */
 };
 
 #endif /* SPECPROF_CUPTI_MIN_H */

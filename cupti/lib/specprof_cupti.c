@@ -92,7 +92,7 @@ static void logmsg(const char *fmt, ...) {
 }
 
 /* Logs each distinct message at most once per process. */
-enum { L_NOLIB, L_VERSION, L_BUSY, L_SUBSCRIBE, L_REGISTER, L_TS, L_ENABLE, L_LAYOUT, L_SOCKET, L_ALLOC,
+enum { L_NOLIB, L_VERSION, L_BUSY, L_SUBSCRIBE, L_REGISTER, L_TS, L_TID, L_ENABLE, L_LAYOUT, L_SOCKET, L_ALLOC,
        L_GETNEXT, L_NUM };
 static atomic_int logged[L_NUM];
 #define LOG_ONCE(id, ...)                                          \
@@ -1177,6 +1177,7 @@ static int resolve(void *h) {
     SYM(GetTimestamp, "cuptiGetTimestamp", 0);
     SYM(GetGraphId, "cuptiGetGraphId", 0);
     SYM(GetGraphNodeId, "cuptiGetGraphNodeId", 0);
+    SYM(SetThreadIdType, "cuptiSetThreadIdType", 0);
 #undef SYM
     return 0;
 }
@@ -1236,6 +1237,14 @@ static void init(void) {
         g_clock = SPW_CLOCK_OFFSET;
         measure_offset();
     }
+    /* CUPTI's default thread id is pthread_self() cut to 32 bits; the agent joins API records
+     * with eBPF events by kernel thread id, which SYSTEM (gettid) gives. Without it the agent
+     * cannot tell the threads apart, so say so once: launches then stay unjoined (counted). */
+    r = C.SetThreadIdType ? C.SetThreadIdType(SPC_THREAD_ID_TYPE_SYSTEM) : SPC_ERROR_NOT_SUPPORTED;
+    if (r != SPC_SUCCESS)
+        LOG_ONCE(L_TID, "cuptiSetThreadIdType(SYSTEM): %s; CUPTI thread ids will not match kernel thread ids "
+                        "and launches will not be joined to GPU records",
+                 result_str(r));
     r = C.ActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != SPC_SUCCESS) {
         LOG_ONCE(L_REGISTER, "cuptiActivityRegisterCallbacks: %s; collection disabled", result_str(r));

@@ -22,6 +22,8 @@ func ms(ns float64) string { return fmt.Sprintf("%.3f", ns/1e6) }
 
 // WriteWindow prints the table of one window of cycles: per phase the
 // launches, CPU span, blocked time, collectives and bytes, per cycle.
+// When the CPU sampler ran, "cpu ms" is the CPU time sampled in the phase
+// (samples × period) per cycle.
 func WriteWindow(w io.Writer, title string, win *agent.Window) error {
 	n := float64(win.Cycles())
 	fmt.Fprintf(w, "\n%s tid %d  cycles %d-%d  mean cycle %s ms\n", title, win.TID, win.FirstCycle, win.LastCycle, ms(float64(win.CycleNs)/n))
@@ -29,14 +31,18 @@ func WriteWindow(w io.Writer, title string, win *agent.Window) error {
 }
 
 func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs float64) error {
-	gpu := false
+	gpu, cpu := false, false
 	for _, p := range phases {
 		gpu = gpu || p.GPUCycles > 0
+		cpu = cpu || p.CPUSamples > 0 // the CPU sampler ran
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := "phase\tlaunches/cyc\tgraph/cyc\tcpu span ms\t% cycle\tsync wait ms\tsyncs/cyc\tcoll/cyc\tcoll MB/cyc\t"
 	if gpu {
-		hdr += "gpu busy ms\tgpu % cycle\tkernels/cyc\t"
+		hdr += "gpu busy ms\tgpu % cycle\tkernels/cyc\tcoll % gpu\t"
+	}
+	if cpu {
+		hdr += "cpu ms\t"
 	}
 	fmt.Fprintln(tw, hdr)
 	pct := func(ns int64) float64 {
@@ -51,7 +57,16 @@ func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs float6
 			ms(float64(p.SyncWaitNs)/cycles), float64(p.Syncs)/cycles, float64(p.Colls)/cycles,
 			float64(p.CollBytes)/cycles/1e6)
 		if gpu {
-			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t", ms(float64(p.GPUBusyNs)/cycles), pct(p.GPUBusyNs), float64(p.GPUKernels)/cycles)
+			// The collectives' share of the phase's GPU time (allreduce in
+			// verify): their kernels' time over the phase's busy time.
+			share := 0.0
+			if p.GPUBusyNs > 0 {
+				share = 100 * float64(p.CollGPUNs) / float64(p.GPUBusyNs)
+			}
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t", ms(float64(p.GPUBusyNs)/cycles), pct(p.GPUBusyNs), float64(p.GPUKernels)/cycles, share)
+		}
+		if cpu {
+			fmt.Fprintf(tw, "%s\t", ms(float64(p.CPUNs)/cycles))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -89,6 +104,9 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 				fmt.Fprintf(w, "  outside cycles (totals):")
 				for _, s := range t.Outside {
 					fmt.Fprintf(w, " %s=%d calls", s.Phase, s.Launches+s.Syncs+s.Colls+s.Markers)
+					if s.CPUSamples > 0 {
+						fmt.Fprintf(w, "/%s ms cpu", ms(float64(s.CPUNs)))
+					}
 				}
 				fmt.Fprintln(w)
 			}
@@ -98,6 +116,10 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 	if l.LaunchesWithoutAPI+l.GPUUnhooked+l.GPUWithoutAPI+l.GPULate+l.GPUDuplicates+l.GPUPending > 0 {
 		fmt.Fprintf(w, "GPU join: launches without a CUPTI API record %d; GPU records of unhooked calls %d, without API record %d, late %d, duplicated %d, pending %d\n",
 			l.LaunchesWithoutAPI, l.GPUUnhooked, l.GPUWithoutAPI, l.GPULate, l.GPUDuplicates, l.GPUPending)
+	}
+	if c := r.CPU; c.Samples > 0 || l.SamplesLost > 0 {
+		fmt.Fprintf(w, "\ncpu samples %d (%s ms of CPU): %d with a Python stack, %d in the kernel; without a Python stack: %d native threads, %d unknown interpreter, %d read errors; %d stacks truncated; %d lost (ring buffer full)\n",
+			c.Samples, ms(float64(c.CPUNs)), c.Python, c.Kernel, c.NoThreadState, c.NoPython, c.ReadErrors, c.Truncated, l.SamplesLost)
 	}
 	fmt.Fprintf(w, "\nevents %d; lost: ringbuf %d, scratch %d, openat %d, decode %d; unattributed: no-python %d, no-thread-state %d, read-errors %d, truncated %d, stale %d, symbolize %d, unmatched sync exits %d\n",
 		r.Events, l.RingBuf, l.Scratch, l.OpenAt, l.DecodeErrors, l.NoPython, l.NoThreadState, l.ReadErrors, l.Truncated, l.Stale, l.SymbolErrors, l.UnmatchedExit)

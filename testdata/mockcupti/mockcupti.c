@@ -398,6 +398,15 @@ static void api_callback(const simgpu_api_rec *r, uint32_t site) {
     fire(DOM_DRIVER, cbid, &d);
 }
 
+/* Like CUPTI: the activity thread id is pthread_self() cut to 32 bits unless
+ * cuptiSetThreadIdType(SYSTEM) asked for gettid. */
+static _Atomic uint32_t thread_id_type;
+
+static uint32_t api_thread_id(const simgpu_api_rec *r) {
+    if (atomic_load(&thread_id_type) == 1) return (uint32_t)r->tid;
+    return (uint32_t)(uintptr_t)pthread_self();
+}
+
 static void on_api_enter(const simgpu_api_rec *r) { api_callback(r, 0); }
 
 static void on_api_exit(const simgpu_api_rec *r) {
@@ -409,7 +418,7 @@ static void on_api_exit(const simgpu_api_rec *r) {
                              .start = rt(r->enter),
                              .end = rt(r->exit),
                              .processId = r->pid,
-                             .threadId = r->tid,
+                             .threadId = api_thread_id(r),
                              .correlationId = (uint32_t)r->corr,
                              .returnValue = (uint32_t)r->result};
         emit(&a, KIND_DRIVER);
@@ -760,6 +769,18 @@ EXPORT CUptiResult cuptiGetTimestamp(uint64_t *timestamp) {
     if (!timestamp) return CUPTI_ERROR_INVALID_PARAMETER;
     *timestamp = rt(mono_ns());
     return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiSetThreadIdType(uint32_t type) {
+    if (type > 1) return 1; /* CUPTI_ERROR_INVALID_PARAMETER */
+    atomic_store(&thread_id_type, type);
+    return 0;
+}
+
+EXPORT CUptiResult cuptiGetThreadIdType(uint32_t *type) {
+    if (!type) return 1;
+    *type = atomic_load(&thread_id_type);
+    return 0;
 }
 
 EXPORT CUptiResult cuptiGetGraphId(void *graph, uint32_t *id) {
