@@ -464,10 +464,11 @@ func TestJaegerOTLP(t *testing.T) {
 			if proto == "grpc" {
 				args = []string{"--otlp-endpoint", "127.0.0.1:" + itoa(j.otlpGRPC), "--otlp-insecure"}
 			} else {
-				args = []string{"--otlp-endpoint", "http://127.0.0.1:" + itoa(j.otlpHTTP), "--otlp-protocol", "http"}
+				args = []string{"--otlp-endpoint", "http://127.0.0.1:" + itoa(j.otlpHTTP), "--otlp-protocol", "http", "--otlp-kernels"}
 			}
 			// gRPC: eager mode (an ncclAllReduce call per layer, bytes known);
-			// HTTP: CUDA graphs (the all-reduce kernels replayed, known by name).
+			// HTTP: CUDA graphs (the all-reduce kernels replayed, known by
+			// name), with a span per kernel.
 			mode := map[string]string{"grpc": "eager", "http": "graph"}[proto]
 			since := time.Now().Add(-time.Minute)
 			r := runDemoOTLP(t, cycles, []string{"--mode", mode}, append(args, "--service-name", svc)...)
@@ -515,7 +516,7 @@ func TestJaegerOTLP(t *testing.T) {
 			}
 
 			// API v3 (ns times): the tree against the report, per thread and phase.
-			checkJaegerTraces(t, j.v3Roots(t, svc, since), r.rep, threads, mode == "eager")
+			checkJaegerTraces(t, j.v3Roots(t, svc, since), r.rep, threads, mode == "eager", proto == "http")
 			t.Logf("%s: %d cycles, %d spans in Jaeger; run took %v", proto, total, nspans, r.wall.Round(time.Millisecond))
 		})
 	}
@@ -535,16 +536,17 @@ func has(xs []string, x string) bool {
 // the cycle, the named phases in the preset's order (a catch-all "…other"
 // phase falls anywhere); their CPU spans (ns) summed per phase equal the
 // report's, as do GPU busy time and the collective calls with their bytes.
-// With calls, every phase that made collectives has spans carrying bytes.
-func checkJaegerTraces(t *testing.T, roots []*otlpSpan, rep *agent.Report, threads map[int]*agent.ThreadReport, calls bool) {
+// With calls, the verify phase has collective spans carrying bytes; with
+// kernels, each gpu span holds one span per kernel the phase launched.
+func checkJaegerTraces(t *testing.T, roots []*otlpSpan, rep *agent.Report, threads map[int]*agent.ThreadReport, calls, kernels bool) {
 	t.Helper()
 	order := map[string]int{}
 	for i, p := range rep.Phases {
 		order[p] = i
 	}
 	type sums struct {
-		cpu, busy, calls, callBytes, kernels int64
-		spans                                int
+		cpu, busy, calls, callBytes, collKernels, kernels int64
+		spans                                             int
 	}
 	got := map[int]map[string]*sums{}
 	seen := map[int]map[int64]bool{}
@@ -621,6 +623,17 @@ func checkJaegerTraces(t *testing.T, roots []*otlpSpan, rep *agent.Report, threa
 					if k.int("specprof.gpu.busy_ns") > k.end-k.start || k.end <= k.start {
 						t.Errorf("gpu span of %s: busy %d ns in [%d, %d]", name, k.int("specprof.gpu.busy_ns"), k.start, k.end)
 					}
+					for _, g := range k.kids {
+						if g.attrs["specprof.gpu.kind"] == "kernel" {
+							s.kernels++
+						}
+						if g.start < k.start || g.end > k.end {
+							t.Errorf("kernel span %s [%d, %d] outside its gpu span [%d, %d]", g.Name, g.start, g.end, k.start, k.end)
+						}
+					}
+					if !kernels && len(k.kids) > 0 {
+						t.Errorf("kernel spans without --otlp-kernels")
+					}
 				case k.attrs["specprof.collective.api"] != nil: // an NCCL call
 					s.calls++
 					b := k.int("specprof.collective.bytes")
@@ -629,7 +642,7 @@ func checkJaegerTraces(t *testing.T, roots []*otlpSpan, rep *agent.Report, threa
 						t.Errorf("collective span %s in %s: bytes %d, dtype %v", k.Name, name, b, k.attrs["specprof.collective.dtype"])
 					}
 				case k.attrs["specprof.collective.op"] != nil: // a collective kernel (graph replay)
-					s.kernels++
+					s.collKernels++
 					if k.attrs["specprof.collective.on_gpu"] != true || k.end <= k.start {
 						t.Errorf("collective kernel span %s in %s: not on the GPU [%d, %d]", k.Name, name, k.start, k.end)
 					}
@@ -655,7 +668,10 @@ func checkJaegerTraces(t *testing.T, roots []*otlpSpan, rep *agent.Report, threa
 					"report %d cycles, CPU %d ns, GPU busy %d ns, %d collectives of %d bytes", tid, ps.Phase,
 					s.spans, s.cpu, s.busy, s.calls, s.callBytes, ps.Cycles, ps.CPUSpanNs, ps.GPUBusyNs, ps.Colls, ps.CollBytes)
 			}
-			colls += s.calls + s.kernels
+			colls += s.calls + s.collKernels
+			if kernels && s.kernels != ps.GPUKernels {
+				t.Errorf("thread %d %s: %d kernel spans, report %d kernels", tid, ps.Phase, s.kernels, ps.GPUKernels)
+			}
 		}
 		if calls && (colls == 0 || got[tid]["spec.verify"] == nil || got[tid]["spec.verify"].callBytes == 0) {
 			t.Errorf("thread %d: no collective call with bytes in spec.verify (--allreduce, eager)", tid)

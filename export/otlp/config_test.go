@@ -2,6 +2,7 @@ package otlp
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -156,6 +157,9 @@ func (g *grpcCollector) Export(ctx context.Context, req *coltracepb.ExportTraceS
 	return &coltracepb.ExportTraceServiceResponse{}, nil
 }
 
+// perCycle is the number of spans of one testCycle.
+var perCycle = uint64((&Exporter{}).spanCount(testCycle(1, 1, 1, 1_000)))
+
 func exportOne(t *testing.T, cfg Config) Stats {
 	t.Helper()
 	cfg.Clock = clock
@@ -182,7 +186,7 @@ func TestHTTPExportOverridesEnvironment(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-from-env=1,x-both=env")
 	st := exportOne(t, Config{Endpoint: srv.URL, Headers: map[string]string{"x-both": "flag", "x-flag": "2"}})
-	if st.SpansExported != 10 || st.Lost() != 0 || col.spans != 10 {
+	if st.SpansExported != perCycle || st.Lost() != 0 || uint64(col.spans) != perCycle {
 		t.Fatalf("stats %+v, collector got %d spans", st, col.spans)
 	}
 	h := col.headers[0]
@@ -198,12 +202,12 @@ func TestHTTPExportOverridesEnvironment(t *testing.T) {
 	srv2 := httptest.NewServer(col2)
 	defer srv2.Close()
 	exportOne(t, Config{Endpoint: srv2.URL + "/otlp/traces"})
-	if col2.spans != 10 || col2.paths[0] != "/otlp/traces" {
+	if uint64(col2.spans) != perCycle || col2.paths[0] != "/otlp/traces" {
 		t.Errorf("custom path: %d spans at %v", col2.spans, col2.paths)
 	}
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv2.URL)
 	exportOne(t, Config{})
-	if col2.spans != 20 || col2.paths[1] != "/v1/traces" {
+	if uint64(col2.spans) != 2*perCycle || col2.paths[1] != "/v1/traces" {
 		t.Errorf("endpoint from the environment: %d spans at %v", col2.spans, col2.paths)
 	}
 }
@@ -222,12 +226,12 @@ func TestGRPCExport(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf") // the argument wins
 	st := exportOne(t, Config{Endpoint: ln.Addr().String(), Protocol: "grpc", Insecure: true,
 		Headers: map[string]string{"authorization": "Bearer t0ken"}})
-	if st.SpansExported != 10 || col.spans != 10 || col.headers[0]["authorization"] != "Bearer t0ken" {
+	if st.SpansExported != perCycle || uint64(col.spans) != perCycle || col.headers[0]["authorization"] != "Bearer t0ken" {
 		t.Fatalf("stats %+v, collector %d spans, headers %v", st, col.spans, col.headers)
 	}
 	// http:// means plaintext for gRPC too.
 	exportOne(t, Config{Endpoint: "http://" + ln.Addr().String(), Protocol: "grpc"})
-	if col.spans != 20 {
+	if uint64(col.spans) != 2*perCycle {
 		t.Errorf("gRPC via an http:// URL: collector has %d spans", col.spans)
 	}
 }
@@ -255,7 +259,7 @@ func TestDeadEndpoint(t *testing.T) {
 		err = e.Shutdown(ctx)
 		cancel()
 		st := e.Stats()
-		if err != nil || st.SpansFailed != 50 || st.SpansExported != 0 || st.FirstError == "" || time.Since(t0) > 3*time.Second {
+		if err != nil || st.SpansFailed != 5*perCycle || st.SpansExported != 0 || st.FirstError == "" || time.Since(t0) > 3*time.Second {
 			t.Errorf("%s: Shutdown %v after %v, stats %+v", p, err, time.Since(t0), st)
 		}
 		t.Logf("%s: %s", p, st)
@@ -282,10 +286,10 @@ func TestDeadEndpointDiagnosis(t *testing.T) {
 		t.Fatal("Shutdown met its deadline with a dead endpoint")
 	}
 	st := e.Stats()
-	if st.Pending() != 10 || !strings.Contains(st.FirstError, "endpoint unreachable") || !strings.Contains(st.FirstError, "refused") {
+	if st.Pending() != perCycle || !strings.Contains(st.FirstError, "endpoint unreachable") || !strings.Contains(st.FirstError, "refused") {
 		t.Errorf("stats %+v", st)
 	}
-	if line := st.String(); !strings.Contains(line, "10 unsent at exit") || !strings.Contains(line, "connection refused") {
+	if line := st.String(); !strings.Contains(line, fmt.Sprintf("%d unsent at exit", perCycle)) || !strings.Contains(line, "connection refused") {
 		t.Errorf("account %q", line)
 	}
 }

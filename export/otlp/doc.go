@@ -8,7 +8,7 @@
 //
 //	cycle                                  CPU: the cycle's first call → last call or sync return
 //	├── spec.draft                         one span per phase, CPU span of the phase in the cycle
-//	│   ├── gpu                            first kernel start → last kernel end of the phase
+//	│   ├── gpu                            the phase's GPU records: first start → last end
 //	│   │   └── <kernel name>              one per GPU record (Config.Kernels only)
 //	│   ├── AllReduce                      one per collective: on the GPU when its kernel is known,
 //	│   │                                  else a 1 ns mark at the call

@@ -65,7 +65,9 @@ func testCycle(pid, tid, cycle int, base uint64) *agent.CycleTrace {
 			},
 			{
 				Phase: "spec.accept", Start: base + 5_200, End: base + 9_000,
-				Stats: &agent.PhaseStats{Phase: "spec.accept", Cycles: 1, Launches: 1, Syncs: 2, SyncWaitNs: 3_000},
+				Stats: &agent.PhaseStats{Phase: "spec.accept", Cycles: 1, Launches: 1, Syncs: 2, SyncWaitNs: 3_000,
+					GPUMemcpys: 1, GPUMemcpyBytes: 64, GPUMemcpyNs: 400},
+				GPU: []agent.GPUActivity{{Kind: "memcpy", Start: base + 8_000, End: base + 8_400, Bytes: 64, Corr: 14, Launch: base + 5_500}},
 				Syncs: []agent.SyncTrace{
 					{API: "cuMemcpyDtoH", Start: base + 5_500, WaitNs: 3_000, Bytes: 64,
 						Site: agent.Frame{Func: "EAGLEWorker.verify", File: "/sglang/srt/speculative/eagle_worker.py", Line: 521}},
@@ -181,8 +183,8 @@ func TestSpanTree(t *testing.T) {
 	e.Cycle(c2)
 	shutdown(t, e)
 	spans := mem.GetSpans()
-	if len(spans) != want || want != 2*10 {
-		t.Fatalf("%d spans, want %d (= 2 × 10)", len(spans), want)
+	if len(spans) != want || want != 2*11 {
+		t.Fatalf("%d spans, want %d (= 2 × 11)", len(spans), want)
 	}
 	st := e.Stats()
 	if st.Cycles != 2 || st.Spans != uint64(want) || st.SpansExported != uint64(want) || st.Lost() != 0 {
@@ -270,11 +272,15 @@ func TestSpanTree(t *testing.T) {
 		wantAttr(t, verify[1], "specprof.collective.on_gpu", false)
 		wantAttr(t, verify[1], "specprof.collective.bytes", int64(4096))
 
-		// accept: two syncs, the second never returned.
+		// accept: two syncs, the second never returned; a gpu span for the copy.
 		accept := tr.children[phases[2].SpanContext.SpanID()]
-		if got := strings.Join(names(accept), ","); got != "cuMemcpyDtoH,cuStreamSynchronize" {
+		if got := strings.Join(names(accept), ","); got != "cuMemcpyDtoH,gpu,cuStreamSynchronize" {
 			t.Fatalf("accept children %s", got)
 		}
+		wantTimes(t, accept[1], c.Start+8_000, c.Start+8_400)
+		wantAttr(t, accept[1], "specprof.gpu.busy_ns", int64(0))
+		wantAttr(t, phases[2], "specprof.gpu.memcpy_bytes", int64(64))
+		accept = []tracetest.SpanStub{accept[0], accept[2]}
 		wantTimes(t, accept[0], c.Start+5_500, c.Start+8_500)
 		wantAttr(t, accept[0], "specprof.sync.wait_ns", int64(3_000))
 		wantAttr(t, accept[0], "code.function.name", "EAGLEWorker.verify")
@@ -291,8 +297,8 @@ func TestKernelSpans(t *testing.T) {
 	c := testCycle(10, 10, 1, 5_000_000)
 	e.Cycle(c)
 	shutdown(t, e)
-	if n := len(mem.GetSpans()); n != 10+3 {
-		t.Fatalf("%d spans, want 13 (10 + 3 kernels)", n)
+	if n := len(mem.GetSpans()); n != 11+4 {
+		t.Fatalf("%d spans, want 15 (11 + 3 kernels + 1 copy)", n)
 	}
 	for _, tr := range byTrace(t, mem.GetSpans()) {
 		draft := tr.children[tr.root.SpanContext.SpanID()][0]
@@ -306,6 +312,14 @@ func TestKernelSpans(t *testing.T) {
 		wantAttr(t, ks[0], "specprof.gpu.correlation_id", int64(11))
 		wantAttr(t, ks[0], "specprof.gpu.launch_to_start_ns", int64(200))
 		wantAttr(t, ks[0], "code.function.name", "EAGLEWorker.draft_forward")
+		accept := tr.children[tr.root.SpanContext.SpanID()][2]
+		cp := tr.children[tr.children[accept.SpanContext.SpanID()][1].SpanContext.SpanID()]
+		if len(cp) != 1 || cp[0].Name != "memcpy" {
+			t.Fatalf("copy spans %v", names(cp))
+		}
+		wantTimes(t, cp[0], c.Start+8_000, c.Start+8_400)
+		wantAttr(t, cp[0], "specprof.gpu.kind", "memcpy")
+		wantAttr(t, cp[0], "specprof.gpu.bytes", int64(64))
 	}
 }
 

@@ -153,23 +153,19 @@ func (e *Exporter) emitPhase(ctx context.Context, tr trace.Tracer, p *agent.Phas
 	return n
 }
 
-// gpuWindow is the phase's GPU span: first kernel start to last kernel end
-// (copies and sets when it launched no kernel).
+// gpuWindow is the phase's GPU span: the first start to the last end of its
+// GPU records (kernels, and the copies and sets it issued, so that every
+// record's span lies inside).
 func gpuWindow(p *agent.PhaseTrace) (start, end uint64, ok bool) {
-	for pass := 0; pass < 2 && !ok; pass++ {
-		for i := range p.GPU {
-			g := &p.GPU[i]
-			if pass == 0 && g.Kind != "kernel" {
-				continue
-			}
-			if !ok || g.Start < start {
-				start = g.Start
-			}
-			if !ok || g.End > end {
-				end = g.End
-			}
-			ok = true
+	for i := range p.GPU {
+		g := &p.GPU[i]
+		if !ok || g.Start < start {
+			start = g.Start
 		}
+		if !ok || g.End > end {
+			end = g.End
+		}
+		ok = true
 	}
 	return start, end, ok
 }
@@ -180,6 +176,7 @@ func (e *Exporter) emitGPU(ctx context.Context, tr trace.Tracer, p *agent.PhaseT
 		attribute.Int64("specprof.gpu.busy_ns", s.GPUBusyNs),
 		attribute.Int64("specprof.gpu.kernels", s.GPUKernels),
 		attribute.Int64("specprof.gpu.kernel_ns", s.GPUKernelNs),
+		attribute.Int64("specprof.gpu.span_ns", s.GPUSpanNs),
 		attribute.Int("specprof.gpu.records", len(p.GPU)),
 	))
 	n := 1
