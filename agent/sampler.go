@@ -64,6 +64,8 @@ type cycleSamples struct {
 // unknown retry discovering it (a process may exec Python later).
 const discoverEvery = time.Second
 
+// onSample counts one CPU sample, attributes it to its thread's phase and
+// cycle, and hands it to Options.OnSample.
 func (a *Agent) onSample(s *bpf.Sample) {
 	st := &a.rep.CPU
 	w := int64(s.PeriodNs)
