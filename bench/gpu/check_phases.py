@@ -18,7 +18,7 @@ counts = collections.Counter()
 bad = 0
 checked = 0
 for e in events:
-    if e["kind"] == "sync_exit":
+    if e["kind"] in ("sync_exit", "kernel", "gpu_api") or "ktime" not in e:
         continue
     inner = None
     for t0, t1, name in by_tid.get(e["tid"], []):

@@ -75,7 +75,8 @@ if __name__ == "__main__":
 import torch  # noqa: E402
 
 WINDOWS = []
-EVENTS = []  # (phase, start event, end event) when --cuda-events: the ground truth run
+EVENTS = []  # (phase, start event, end event, parent index) when --cuda-events: the ground truth run
+OPEN = []  # indexes into EVENTS of the windows open on this thread, outermost first
 CUDA_EVENTS = False
 
 
@@ -86,13 +87,15 @@ def window(name):
             if CUDA_EVENTS:
                 ev0 = torch.cuda.Event(enable_timing=True)
                 ev0.record()
+                EVENTS.append([name, ev0, None, OPEN[-1] if OPEN else -1])
+                OPEN.append(len(EVENTS) - 1)
             try:
                 return fn(*a, **k)
             finally:
                 if CUDA_EVENTS:
                     ev1 = torch.cuda.Event(enable_timing=True)
                     ev1.record()
-                    EVENTS.append((name, ev0, ev1))
+                    EVENTS[OPEN.pop()][2] = ev1
                 WINDOWS.append((name, threading.get_native_id(), t0, time.monotonic_ns()))
         wrapped.__name__ = fn.__name__
         wrapped.__qualname__ = fn.__qualname__ + ".<timed>"
@@ -246,9 +249,16 @@ def main():
     out = {"cycles": args.cycles, "tokens": toks, "tok_s": toks / dt, "graphs": args.graphs}
     if args.cuda_events:
         torch.cuda.synchronize()
+        # Exclusive times, like specprof's phases (the innermost rule): a window nested in
+        # another (accept inside verify) is subtracted from its parent.
+        ms = [e0.elapsed_time(e1) for _, e0, e1, _ in EVENTS]
+        excl = list(ms)
+        for i, (_, _, _, parent) in enumerate(EVENTS):
+            if parent >= 0:
+                excl[parent] -= ms[i]
         per = {}
-        for name, e0, e1 in EVENTS:
-            per.setdefault(name, []).append(e0.elapsed_time(e1))
+        for i, (name, _, _, _) in enumerate(EVENTS):
+            per.setdefault(name, []).append(excl[i])
         out["cuda_event_ms"] = {k: sum(v) / len(v) for k, v in per.items()}
     if prof is not None:
         prof.__exit__(None, None, None)
@@ -339,10 +349,12 @@ def run_sglang(args):
             prof.__enter__()
         res["setup_s"] = time.monotonic() - t_start
         t0 = time.perf_counter()
+        loop_mono0 = time.monotonic_ns()  # CLOCK_MONOTONIC, specprof's clock: its cycles in the loop
         for _ in range(args.cycles):
             w.forward_batch_generation()
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
+        res["loop_mono_ns"] = [loop_mono0, time.monotonic_ns()]
         phases = ph.summary()
         if prof is not None:
             t1 = time.monotonic()
