@@ -77,7 +77,8 @@ const DefaultSampleHz = 99
 // second of CPU time: one cpu-clock perf event per online CPU runs the
 // sp_sample program, which reports the interrupted thread when its process
 // is tracked (Sample records). Calling it again restarts the sampler at the
-// new frequency. It needs CAP_PERFMON (or root).
+// new frequency. CPUs brought online later are not sampled. It needs
+// CAP_PERFMON (or root), and hz at most kernel.perf_event_max_sample_rate.
 func (t *Tracer) StartSampler(hz int) error {
 	if hz <= 0 {
 		return fmt.Errorf("start CPU sampler: frequency %d Hz: must be positive", hz)
