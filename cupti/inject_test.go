@@ -26,27 +26,38 @@ func TestInjectedWorkloadMatchesTruth(t *testing.T) {
 	cases := []struct {
 		mode    string
 		version string
+		allAPI  bool // SPECPROF_CUPTI_API=all: a record for every driver call
 	}{
-		{"graph", "130001"}, // CUDA 13.0: Kernel10, Memcpy6, Synchronization2, Overhead3
-		{"eager", "130001"},
-		{"graph", "24"}, // CUDA 12.6: Kernel9, Memcpy5, Synchronization, Overhead3
-		{"eager", "20"}, // CUDA 12.2: Kernel9, Memcpy5, Synchronization, Overhead
+		{"graph", "130001", false}, // CUDA 13.0: Kernel10, Memcpy6, Synchronization2, Overhead3
+		{"eager", "130001", false},
+		{"eager", "130001", true},
+		{"graph", "24", false}, // CUDA 12.6: Kernel9, Memcpy5, Synchronization, Overhead3
+		{"eager", "20", false}, // CUDA 12.2: Kernel9, Memcpy5, Synchronization, Overhead
 	}
 	for _, c := range cases {
-		t.Run(c.mode+"-cupti"+c.version, func(t *testing.T) {
+		name := c.mode + "-cupti" + c.version
+		if c.allAPI {
+			name += "-all-api"
+		}
+		t.Run(name, func(t *testing.T) {
 			col := newCollector()
 			_, sock := startReceiver(t, col)
 			dir := t.TempDir()
 			truth, mstats := filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "mock.json")
 			args := workloadArgs(c.mode, 20)
-			res := runWorkload(t, injectEnv(t, sock, "SPECPROF_SIM_TRUTH="+truth, "SPECPROF_MOCK_CUPTI_VERSION="+c.version,
-				"SPECPROF_MOCK_CUPTI_STATS="+mstats), args...)
+			env := []string{"SPECPROF_SIM_TRUTH=" + truth, "SPECPROF_MOCK_CUPTI_VERSION=" + c.version,
+				"SPECPROF_MOCK_CUPTI_STATS=" + mstats}
+			if c.allAPI {
+				env = append(env, "SPECPROF_CUPTI_API=all")
+			}
+			res := runWorkload(t, injectEnv(t, sock, env...), args...)
 			sameOutput(t, res, args...)
 			if l := specprofLines(res.stderr); len(l) != 0 {
 				t.Errorf("library complained: %q", l)
 			}
 			d := col.waitOpen(t, 5*time.Second)
 			d.waitClosed(t, 5*time.Second)
+			d.allAPI = c.allAPI
 			if d.closeErr != nil {
 				t.Errorf("connection ended with %v", d.closeErr)
 			}

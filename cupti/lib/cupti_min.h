@@ -278,6 +278,8 @@ struct spc_api_table {
     spc_result (*GetGraphId)(void *graph, uint32_t *id);         /* optional */
     spc_result (*GetGraphNodeId)(void *node, uint64_t *id);      /* optional */
     spc_result (*SetThreadIdType)(uint32_t type);                /* optional */
+    spc_result (*ActivityEnableDriverApi)(spc_cbid cbid, uint8_t enable);  /* optional (12.5+) */
+    spc_result (*ActivityEnableRuntimeApi)(spc_cbid cbid, uint8_t enable); /* optional (12.5+) */
 };
 
 #endif /* SPECPROF_CUPTI_MIN_H */

@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "cupti_min.h"
+#include "api_filter.h"
 #include "../wire.h"
 
 #include <dlfcn.h>
@@ -75,6 +76,7 @@ static struct {
     uint32_t graph_cap;
     size_t out_cap; /* sender's output buffer */
     int debug;
+    int all_api; /* SPECPROF_CUPTI_API=all: records of every driver/runtime call, not only work */
 } cfg;
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -92,7 +94,7 @@ static void logmsg(const char *fmt, ...) {
 }
 
 /* Logs each distinct message at most once per process. */
-enum { L_NOLIB, L_VERSION, L_BUSY, L_SUBSCRIBE, L_REGISTER, L_TS, L_TID, L_ENABLE, L_LAYOUT, L_SOCKET, L_ALLOC,
+enum { L_NOLIB, L_VERSION, L_BUSY, L_SUBSCRIBE, L_REGISTER, L_TS, L_TID, L_FILTER, L_ENABLE, L_LAYOUT, L_SOCKET, L_ALLOC,
        L_GETNEXT, L_NUM };
 static atomic_int logged[L_NUM];
 #define LOG_ONCE(id, ...)                                          \
@@ -147,6 +149,7 @@ static void read_config(void) {
     cfg.graph_cap = (uint32_t)env_u64("SPECPROF_CUPTI_GRAPH_NODES", 262144, 0, 1u << 24);
     cfg.out_cap = (size_t)env_u64("SPECPROF_CUPTI_SEND_BUFFER_KB", 4096, 64, 1u << 20) * 1024;
     cfg.debug = env_u64("SPECPROF_CUPTI_DEBUG", 0, 0, 1) != 0;
+    cfg.all_api = getenv("SPECPROF_CUPTI_API") && !strcmp(getenv("SPECPROF_CUPTI_API"), "all");
 }
 
 static uint64_t mono_ns(void) {
@@ -386,6 +389,37 @@ static const char *result_str(spc_result r) {
     return "unknown CUPTI error";
 }
 
+static int kept(const uint16_t *set, size_t n, uint32_t cbid) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t m = (lo + hi) / 2;
+        if (set[m] < cbid) lo = m + 1;
+        else hi = m;
+    }
+    return lo < n && set[lo] == cbid;
+}
+
+/* Beyond the highest cbid of any CUPTI so far (13.0: under 800 driver, under 500 runtime); CUPTI
+ * refuses the ids it does not know, which costs nothing. */
+#define SPC_MAX_CBID 1024
+
+/* API records only for the calls that make, wait for or capture GPU work (api_filter.h): the
+ * others (a dozen per eager PyTorch launch) would each cost the application thread a record. */
+static void filter_api_records(void) {
+    if (cfg.all_api || !(g_enabled_types & K_API)) return;
+    if (!C.ActivityEnableDriverApi || !C.ActivityEnableRuntimeApi) {
+        LOG_ONCE(L_FILTER, "this CUPTI cannot select API records per call (cuptiActivityEnableDriverApi needs "
+                           "CUDA 12.5+); every driver and runtime call is recorded, at a higher cost");
+        return;
+    }
+    for (uint32_t c = 1; c < SPC_MAX_CBID; c++) {
+        (void)C.ActivityEnableDriverApi(c, (uint8_t)kept(kept_driver_cbids,
+                                                         sizeof kept_driver_cbids / sizeof kept_driver_cbids[0], c));
+        (void)C.ActivityEnableRuntimeApi(c, (uint8_t)kept(kept_runtime_cbids, sizeof kept_runtime_cbids /
+                                                                                  sizeof kept_runtime_cbids[0], c));
+    }
+}
+
 static void set_driver_callbacks(uint32_t on) {
     for (size_t i = 0; i < sizeof tracked_cbids / sizeof tracked_cbids[0]; i++)
         (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, tracked_cbids[i]);
@@ -403,6 +437,7 @@ static void enable_collection(void) {
             LOG_ONCE(L_ENABLE, "cuptiActivityEnable(%s): %s; that kind is not collected", kind_map[i].name,
                      result_str(r));
     }
+    filter_api_records();
     set_driver_callbacks(1);
 }
 
@@ -1178,6 +1213,8 @@ static int resolve(void *h) {
     SYM(GetGraphId, "cuptiGetGraphId", 0);
     SYM(GetGraphNodeId, "cuptiGetGraphNodeId", 0);
     SYM(SetThreadIdType, "cuptiSetThreadIdType", 0);
+    SYM(ActivityEnableDriverApi, "cuptiActivityEnableDriverApi", 0);
+    SYM(ActivityEnableRuntimeApi, "cuptiActivityEnableRuntimeApi", 0);
 #undef SYM
     return 0;
 }

@@ -402,6 +402,11 @@ static void api_callback(const simgpu_api_rec *r, uint32_t site) {
  * cuptiSetThreadIdType(SYSTEM) asked for gettid. */
 static _Atomic uint32_t thread_id_type;
 
+/* cuptiActivityEnableDriverApi: driver calls whose API records are off. */
+#define MOCK_MAX_CBID 1024
+static _Atomic uint8_t driver_api_off[MOCK_MAX_CBID];
+static _Atomic uint32_t driver_api_calls; /* for SPECPROF_MOCK_CUPTI_DEBUG-style checks */
+
 static uint32_t api_thread_id(const simgpu_api_rec *r) {
     if (atomic_load(&thread_id_type) == 1) return (uint32_t)r->tid;
     return (uint32_t)(uintptr_t)pthread_self();
@@ -412,7 +417,7 @@ static void on_api_enter(const simgpu_api_rec *r) { api_callback(r, 0); }
 static void on_api_exit(const simgpu_api_rec *r) {
     api_callback(r, 1);
     uint32_t cbid = cbid_of(r->api);
-    if (atomic_load(&kind_on[KIND_DRIVER]) && cbid) {
+    if (atomic_load(&kind_on[KIND_DRIVER]) && cbid && !(cbid < MOCK_MAX_CBID && atomic_load(&driver_api_off[cbid]))) {
         struct mock_api a = {.kind = KIND_DRIVER,
                              .cbid = cbid,
                              .start = rt(r->enter),
@@ -775,6 +780,19 @@ EXPORT CUptiResult cuptiSetThreadIdType(uint32_t type) {
     if (type > 1) return 1; /* CUPTI_ERROR_INVALID_PARAMETER */
     atomic_store(&thread_id_type, type);
     return 0;
+}
+
+EXPORT CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t enable) {
+    if (cbid == 0 || cbid >= MOCK_MAX_CBID) return 1; /* CUPTI_ERROR_INVALID_PARAMETER */
+    atomic_store(&driver_api_off[cbid], !enable);
+    atomic_fetch_add(&driver_api_calls, 1);
+    return 0;
+}
+
+/* The stand-in has no runtime: accepted and ignored. */
+EXPORT CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t enable) {
+    (void)enable;
+    return cbid == 0 || cbid >= MOCK_MAX_CBID ? 1 : 0;
 }
 
 EXPORT CUptiResult cuptiGetThreadIdType(uint32_t *type) {
