@@ -52,6 +52,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
+# Variants of (c) that split its cost (not run unless named in --methods): every CUPTI API record
+# (SPECPROF_CUPTI_API=all, the library's filter off), and the tracer alone without the CPU
+# sampler and the pprof/Perfetto outputs (which keep every GPU record).
+EXTRA_METHODS = ["fullall", "fulllean"]
 LABEL = {
     "none": "(a) none",
     "ebpf": "(b) specprof eBPF only",
@@ -60,11 +64,14 @@ LABEL = {
     "v3": "(e) v3: sync timers",
     "v4": "(f) v4: wall timers, no sync",
     "cudaev": "(g) CUDA events (ground truth)",
+    "fullall": "(c2) specprof full, every CUPTI API record",
+    "fulllean": "(c3) specprof full, no CPU sampler, no pprof/Perfetto",
     "calib": "calibration",
 }
 TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-profiler",
-          "v3": "v3", "v4": "v4", "cudaev": "cuda-events"}
-SPECPROF_METHODS = ("ebpf", "full")
+          "v3": "v3", "v4": "v4", "cudaev": "cuda-events", "fullall": "none", "fulllean": "none"}
+CUPTI_METHODS = ("full", "fullall", "fulllean")
+SPECPROF_METHODS = ("ebpf",) + CUPTI_METHODS
 WORKLOADS = ["hf", "eagle-graph", "eagle-eager"]
 FAMILY = {"hf": "hf", "eagle-graph": "eagle", "eagle-eager": "eagle"}
 PRESET = {"hf": "hf-assisted", "eagle-graph": "sglang-eagle", "eagle-eager": "sglang-eagle"}
@@ -77,7 +84,7 @@ PHASE_ORDER = ["spec.draft", "spec.verify", "spec.accept", "spec.draft_extend", 
                "spec.strategy", "spec.cycle_other"]
 # Seconds a run is expected to take before one was seen (budget planning).
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
-EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "torchprof": 20.0}
+EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
 FIELDS = ["session", "run_id", "rep", "workload", "method", "status", "rc", "wall_s", "tok_s",
@@ -198,8 +205,8 @@ def parse_args(argv=None):
         if w not in WORKLOADS:
             p.error("unknown workload %r (have %s)" % (w, ", ".join(WORKLOADS)))
     for m in a.methods:
-        if m not in METHODS:
-            p.error("unknown method %r (have %s)" % (m, ", ".join(METHODS)))
+        if m not in METHODS + EXTRA_METHODS:
+            p.error("unknown method %r (have %s)" % (m, ", ".join(METHODS + EXTRA_METHODS)))
     if a.reps < 1 or a.budget_s <= 0:
         p.error("--reps >= 1 and --budget-s > 0")
     if not a.out:
@@ -239,9 +246,11 @@ def workload_cmd(a, w, timing, result, noise, calibrate=False):
 
 
 def specprof_cmd(a, method, w, outdir, inner):
-    cmd = [a.specprof, "run", "-q", "--interval", "0", "--cupti", "on" if method == "full" else "off",
+    cmd = [a.specprof, "run", "-q", "--interval", "0", "--cupti", "on" if method in CUPTI_METHODS else "off",
            "--preset", PRESET[w], "-o", outdir, "--cycles-jsonl"]
-    if method == "full" and a.cupti_lib:
+    if method == "fulllean":
+        cmd += ["--cpu-hz", "0", "--pprof=false", "--perfetto=false"]
+    if method in CUPTI_METHODS and a.cupti_lib:
         cmd += ["--cupti-lib", a.cupti_lib]
     cmd += shlex.split(a.specprof_args)
     return cmd + ["--"] + inner
@@ -523,6 +532,8 @@ class Suite:
     def env(self, method):
         env = dict(os.environ)
         env["SPECPROF_SUITE_METHOD"] = method
+        if method == "fullall":
+            env["SPECPROF_CUPTI_API"] = "all"
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -548,7 +559,7 @@ class Suite:
                 why = "specprof binary not found: %s" % a.specprof
             elif not a.dry_run and not self.is_root:
                 why = "specprof needs root (run the suite as root)"
-            elif m == "full" and not a.cupti_lib:
+            elif m in CUPTI_METHODS and not a.cupti_lib:
                 why = "libspecprof_cupti.so not found next to %s (--cupti-lib)" % a.specprof
             if why:
                 row.update(status="fail", error=why)
@@ -588,7 +599,7 @@ class Suite:
                 row["specprof_loss"] = report.get("loss_total")
                 if not report.get("cycles"):
                     errs.append("specprof: no cycles in the report (%s)" % "; ".join(report.get("problems") or []))
-                if m == "full" and report.get("cycles") and not report.get("gpu"):
+                if m in CUPTI_METHODS and report.get("cycles") and not report.get("gpu"):
                     errs.append("specprof: no GPU figures in the report (CUPTI records not joined)")
         if rc not in (0, None) and not timed_out and not errs:
             errs.append("exit code %s: %s" % (rc, tail(os.path.join(run_dir, "stderr.txt"))))
@@ -966,7 +977,7 @@ def throughput_table(wr):
         if r["method"] == "none" and _status_ok(r):
             base.setdefault((r["session"], r["rep"]), []).append(fnum(r["tok_s"]))
     base_med = median([fnum(r["tok_s"]) for r in wr if r["method"] == "none" and _status_ok(r)])
-    for m in METHODS:
+    for m in METHODS + EXTRA_METHODS:
         mr = [r for r in wr if r["method"] == m]
         if not mr:
             continue
