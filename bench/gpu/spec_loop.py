@@ -265,6 +265,13 @@ def main():
         kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
                    and not e.name.startswith(("Memcpy", "Memset"))]
         out["profiler_kernels"] = len(kernels)
+        # What the profiler lists besides kernels, by name (copies and sets inside CUDA graphs
+        # are named differently from eager ones): CUPTI reports those as copies, not kernels.
+        names = {}
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                names[e.name] = names.get(e.name, 0) + 1
+        out["profiler_names"] = dict(sorted(names.items(), key=lambda kv: -kv[1])[:40])
     print(json.dumps(out))
     if args.windows:
         with open(args.windows, "w") as f:
