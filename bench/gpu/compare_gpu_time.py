@@ -1,7 +1,10 @@
 """Per-phase GPU time: specprof (report.json, GPU busy and span per cycle) vs CUDA events around
 each phase in a separate run of the same script (the ground truth of the correlator issue).
 
-  compare_gpu_time.py REPORT.json CUDA_EVENTS.json
+  compare_gpu_time.py REPORT.json CUDA_EVENTS.json [CYCLES.jsonl WINDOWS.json]
+
+With specprof's cycles.jsonl and the loop's phase windows, only the cycles inside the measured loop
+count (the report's totals include warm-up cycles: graph capture, first calls).
 
 CUDA events on the phase's stream measure from the phase's first GPU work to its last, gaps
 included: specprof's GPU span (first kernel start to last kernel end) is the comparable figure;
@@ -15,14 +18,32 @@ import sys
 rep = json.load(open(sys.argv[1]))
 truth = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])["cuda_event_ms"]
 phases = {}
-for p in rep["processes"]:
-    for t in p["threads"]:
-        if t["cycles"]:
-            for ph in t["phases"]:
+if len(sys.argv) > 4:
+    wins = json.load(open(sys.argv[4]))
+    t0, t1 = min(w[2] for w in wins), max(w[3] for w in wins)
+    n = 0
+    for line in open(sys.argv[3]):
+        c = json.loads(line)
+        if c["start"] < t0 or c["end"] > t1:
+            continue
+        n += 1
+        for ph in c["phases"]:
+            st = ph["stats"]
+            if st.get("gpu_cycles"):
                 acc = phases.setdefault(ph["phase"], [0, 0, 0])
-                acc[0] += ph.get("gpu_busy_ns", 0)
-                acc[1] += ph.get("gpu_span_ns", 0)
-                acc[2] += ph.get("gpu_cycles", 0)
+                acc[0] += st.get("gpu_busy_ns", 0)
+                acc[1] += st.get("gpu_span_ns", 0)
+                acc[2] += 1
+    print("cycles inside the measured loop: %d" % n)
+else:
+    for p in rep["processes"]:
+        for t in p["threads"]:
+            if t["cycles"]:
+                for ph in t["phases"]:
+                    acc = phases.setdefault(ph["phase"], [0, 0, 0])
+                    acc[0] += ph.get("gpu_busy_ns", 0)
+                    acc[1] += ph.get("gpu_span_ns", 0)
+                    acc[2] += ph.get("gpu_cycles", 0)
 print("%-18s %10s %10s %14s %10s %8s %s" % ("phase", "busy ms", "span ms", "cuda events ms", "diff us", "diff %", "verdict"))
 fail = 0
 for name, ev in sorted(truth.items()):
