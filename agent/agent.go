@@ -98,6 +98,7 @@ type Agent struct {
 	// connection as records arrive (the joiner hands out ids, later).
 	kernelNames map[int]map[uint32]string
 	corrAlias   map[int]*corrAliases // by pid (gpujoin.go)
+	inSample    bool                 // resolving a CPU sample's stack (classify counts its failures apart)
 }
 
 // New creates an Agent over the given probes.

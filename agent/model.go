@@ -113,6 +113,9 @@ type Loss struct {
 	SymbolErrors  uint64 `json:"symbolize_errors"`
 	UnmatchedExit uint64 `json:"sync_exits_without_entry"`
 	SamplesLost   uint64 `json:"cpu_samples_ringbuf_full"` // CPU samples dropped (ring buffer full)
+	// SampleTornFrames counts frames of CPU samples that were not code
+	// objects: the sample stopped the interpreter while it pushed a frame.
+	SampleTornFrames uint64 `json:"cpu_sample_torn_frames"`
 	// Joining launches with CUPTI records (see correlate.Stats).
 	LaunchesWithoutAPI uint64 `json:"launches_without_cupti_api_record"`
 	GPUUnhooked        uint64 `json:"gpu_records_of_unhooked_calls"`

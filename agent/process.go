@@ -185,7 +185,14 @@ func (a *Agent) resolve(p *process, e *bpf.APIEvent) (uint16, uint64) {
 func (a *Agent) classify(p *process, code uint64) phase.Class {
 	c, err := p.sym.Code(code)
 	if err != nil {
-		a.rep.Loss.SymbolErrors++
+		if a.inSample {
+			// A sample can stop the interpreter while it pushes a frame,
+			// before the frame's fields are written: a torn stack, not a
+			// symbolizer failure.
+			a.rep.Loss.SampleTornFrames++
+		} else {
+			a.rep.Loss.SymbolErrors++
+		}
 		a.log.Debug("symbolize code object", "pid", p.pid, "addr", fmt.Sprintf("%#x", code), "err", err)
 		return phase.Class{}
 	}

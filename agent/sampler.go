@@ -113,7 +113,9 @@ func (a *Agent) onSample(s *bpf.Sample) {
 		// The sampler's losses are counted above, not with the calls'.
 		ev := bpf.APIEvent{Header: s.Header, Py: py}
 		ev.Py.Flags &^= bpf.PyReadErr | bpf.PyTruncated
+		a.inSample = true
 		ph, cyc = a.resolve(p, &ev)
+		a.inSample = false
 		t = p.thread(int(s.TID))
 	}
 	cycle := 0

@@ -118,8 +118,8 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			l.LaunchesWithoutAPI, l.GPUUnhooked, l.GPUWithoutAPI, l.GPULate, l.GPUDuplicates, l.GPUPending)
 	}
 	if c := r.CPU; c.Samples > 0 || l.SamplesLost > 0 {
-		fmt.Fprintf(w, "\ncpu samples %d (%s ms of CPU): %d with a Python stack, %d in the kernel; without a Python stack: %d native threads, %d unknown interpreter, %d read errors; %d stacks truncated; %d lost (ring buffer full)\n",
-			c.Samples, ms(float64(c.CPUNs)), c.Python, c.Kernel, c.NoThreadState, c.NoPython, c.ReadErrors, c.Truncated, l.SamplesLost)
+		fmt.Fprintf(w, "\ncpu samples %d (%s ms of CPU): %d with a Python stack, %d in the kernel; without a Python stack: %d native threads, %d unknown interpreter, %d read errors; %d stacks truncated, %d torn frames (taken mid frame push); %d lost (ring buffer full)\n",
+			c.Samples, ms(float64(c.CPUNs)), c.Python, c.Kernel, c.NoThreadState, c.NoPython, c.ReadErrors, c.Truncated, l.SampleTornFrames, l.SamplesLost)
 	}
 	fmt.Fprintf(w, "\nevents %d; lost: ringbuf %d, scratch %d, openat %d, decode %d; unattributed: no-python %d, no-thread-state %d, read-errors %d, truncated %d, stale %d, symbolize %d, unmatched sync exits %d\n",
 		r.Events, l.RingBuf, l.Scratch, l.OpenAt, l.DecodeErrors, l.NoPython, l.NoThreadState, l.ReadErrors, l.Truncated, l.Stale, l.SymbolErrors, l.UnmatchedExit)
