@@ -3,6 +3,8 @@
 # missing privilege fails instead of skipping.
 
 GO      ?= go
+# go-nvml's cgo preamble declares NVML functions that CUDA 13 deprecates: quiet the warnings.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 PYTHON  ?= python3
 BUILD   := build
 STANDIN := $(abspath $(BUILD)/standin)

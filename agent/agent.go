@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/specprof/specprof/agent/correlate"
+	"github.com/specprof/specprof/agent/gpuinfo"
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/agent/proc"
 	"github.com/specprof/specprof/agent/python"
@@ -50,6 +51,8 @@ type Options struct {
 	// CollectiveRanks is the number of ranks in the NCCL communicators, for
 	// bus bandwidth; 0 counts the traced processes that make collectives.
 	CollectiveRanks int
+	// GPUs names the GPUs of each traced process (NVML); nil: none.
+	GPUs *gpuinfo.Registry
 	// OnSample receives the CPU sampler's samples, symbolized.
 	OnSample func(*CPUSample)
 	// GPUHorizon is how late CUPTI records may arrive after the launch

@@ -226,6 +226,14 @@ func (a *Agent) finishTrace(p *process, t *thread, cc *closedCycle, m *phase.Mat
 	}
 	tr.Rank, tr.Process = p.rankAndTitle()
 	tr.GPU = cc.gpu
+	if p.devices == nil && a.opts.GPUs != nil {
+		// NVML lists a process once it has a CUDA context; the registry
+		// bounds how often an unlisted pid queries the devices again.
+		if d, err := a.opts.GPUs.ForPID(p.pid); err == nil && len(d) > 0 {
+			p.devices = d
+		}
+	}
+	tr.Devices = p.devices
 	tr.Phases = make([]*PhaseTrace, 0, len(b.order))
 	for _, ph := range b.order {
 		pt := b.phases[ph]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/specprof/specprof/agent/gpuinfo"
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/agent/proc"
 	"github.com/specprof/specprof/agent/python"
@@ -33,6 +34,7 @@ type process struct {
 	title       string
 	rank        int
 	collectives bool // made NCCL calls
+	devices     []gpuinfo.Device
 }
 
 func (p *process) problem(s string) {

@@ -1,5 +1,7 @@
 package agent
 
+import "github.com/specprof/specprof/agent/gpuinfo"
+
 // The per-cycle timeline handed to exporters (Options.OnCycle): what one
 // closed cycle of one thread looked like, CPU and GPU, on CLOCK_MONOTONIC.
 // Exporters convert to wall time with Clock (clock.go).
@@ -15,6 +17,9 @@ type CycleTrace struct {
 	Start   uint64 `json:"start"`   // first call of the cycle (CLOCK_MONOTONIC ns)
 	End     uint64 `json:"end"`     // last call or sync return of the cycle
 	GPU     bool   `json:"gpu"`     // GPU records were joined (the CUPTI library is connected)
+	// Devices are the GPUs the process has a context on (NVML; empty when
+	// NVML is unavailable or Options.GPUs is nil).
+	Devices []gpuinfo.Device `json:"devices,omitempty"`
 	// Phases in the order of their first call.
 	Phases []*PhaseTrace `json:"phases"`
 }

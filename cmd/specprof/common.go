@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/agent/gpuinfo"
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/agent/specmetrics"
 	"github.com/specprof/specprof/bpf"
@@ -90,6 +91,7 @@ type session struct {
 	scraper    *specmetrics.Scraper
 	specSaid   bool
 
+	gpus   *gpuinfo.Registry // nil without NVML
 	sinks  []sink
 	clock  agent.Clock // monotonic → wall, measured once for every sink
 	detail bool        // a sink wants individual GPU records (agent.Options.Detail)
@@ -141,6 +143,17 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		return nil, fmt.Errorf("--collective-ranks %d: must be 0 (count the traced processes) or more", f.ranks)
 	}
 	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log, CollectiveRanks: f.ranks}
+	// GPU names and UUIDs for the traces (NVML): initialized here, before
+	// tracing, as loading NVML takes a while.
+	gpus := gpuinfo.New()
+	if devs, err := gpus.Devices(); err != nil {
+		log.Debug("GPU names off", "err", err)
+		gpus.Close()
+	} else {
+		log.Debug("GPUs", "devices", devs)
+		opts.GPUs = gpus
+		s.gpus = gpus
+	}
 	if !f.quiet && f.interval > 0 {
 		opts.OnWindow = func(w *agent.Window) {
 			s.mu.Lock()
@@ -282,7 +295,12 @@ func (s *session) finish() error {
 	return nil
 }
 
-func (s *session) close() { s.tr.Close() }
+func (s *session) close() {
+	s.tr.Close()
+	if s.gpus != nil {
+		s.gpus.Close()
+	}
+}
 
 // runAgent runs the agent until done is closed, then drains events.
 func (s *session) runAgent(done <-chan struct{}) error {

@@ -42,9 +42,10 @@ type Exporter struct {
 	queue  chan *agent.CycleTrace
 	done   chan struct{} // the converting goroutine has returned
 
-	bsp     sdktrace.SpanProcessor
-	res     *resources
-	tracers map[int]trace.Tracer // by pid; converting goroutine only
+	bsp      sdktrace.SpanProcessor
+	res      *resources
+	tracers  map[int]trace.Tracer // by pid; converting goroutine only
+	withGPUs map[int]bool         // pids whose tracer's resource names their GPUs
 
 	cycles, cyclesDropped    atomic.Uint64
 	spans, spansDropped      atomic.Uint64
@@ -164,13 +165,14 @@ func newExporter(cfg Config, exp sdktrace.SpanExporter, target string) (*Exporte
 		return nil, err
 	}
 	e := &Exporter{
-		cfg:     cfg,
-		target:  target,
-		log:     log,
-		queue:   make(chan *agent.CycleTrace, cfg.QueueCycles),
-		done:    make(chan struct{}),
-		res:     res,
-		tracers: map[int]trace.Tracer{},
+		cfg:      cfg,
+		target:   target,
+		log:      log,
+		queue:    make(chan *agent.CycleTrace, cfg.QueueCycles),
+		done:     make(chan struct{}),
+		res:      res,
+		tracers:  map[int]trace.Tracer{},
+		withGPUs: map[int]bool{},
 	}
 	e.bsp = sdktrace.NewBatchSpanProcessor(&countingExporter{next: exp, e: e},
 		sdktrace.WithBlocking(),

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/agent/gpuinfo"
 )
 
 const offset = 1_700_000_000_000_000_000 // wall - monotonic in the tests
@@ -362,6 +363,38 @@ func TestResourcePerProcess(t *testing.T) {
 	}
 	if len(pids) != 2 {
 		t.Errorf("resources for pids %v, want 100 and 200", pids)
+	}
+}
+
+// TestResourceGPUs: the GPUs a process runs on join its resource once
+// known (the first cycles may come before NVML lists the process).
+func TestResourceGPUs(t *testing.T) {
+	mem := tracetest.NewInMemoryExporter()
+	e := newTest(t, Config{}, mem)
+	first := testCycle(100, 100, 1, 1_000)
+	second := testCycle(100, 100, 2, 1_000)
+	second.Devices = []gpuinfo.Device{{Index: 3, Name: "NVIDIA H200", UUID: "GPU-1234"}}
+	e.Cycle(first)
+	e.Cycle(second)
+	shutdown(t, e)
+	var with, without int
+	for _, tr := range byTrace(t, mem.GetSpans()) {
+		res := map[attribute.Key]attribute.Value{}
+		for _, kv := range tr.root.Resource.Attributes() {
+			res[kv.Key] = kv.Value
+		}
+		if v, ok := res[AttrGPUUUID]; ok {
+			with++
+			if got := v.AsStringSlice(); len(got) != 1 || got[0] != "GPU-1234" || res[AttrGPUName].AsStringSlice()[0] != "NVIDIA H200" ||
+				res[AttrGPUIndex].AsInt64Slice()[0] != 3 {
+				t.Errorf("GPU attributes %v %v %v", got, res[AttrGPUName], res[AttrGPUIndex])
+			}
+		} else {
+			without++
+		}
+	}
+	if with != 1 || without != 1 {
+		t.Errorf("%d traces with GPU attributes, %d without; want 1 and 1", with, without)
 	}
 }
 

@@ -18,6 +18,14 @@ import (
 // cycle span), from its process title (e.g. sglang::scheduler_TP3).
 const AttrTPRank = attribute.Key("specprof.tp_rank")
 
+// GPU resource attributes: the GPUs the traced process has a CUDA context
+// on, from NVML (absent when NVML is unavailable).
+const (
+	AttrGPUName  = attribute.Key("specprof.gpu.name")
+	AttrGPUUUID  = attribute.Key("specprof.gpu.uuid")
+	AttrGPUIndex = attribute.Key("specprof.gpu.index")
+)
+
 // resources builds one resource per traced process: the traces describe the
 // target (its pid, command line, rank), with specprof's host and service.
 type resources struct {
@@ -72,6 +80,15 @@ func (r *resources) forProcess(c *agent.CycleTrace) *resource.Resource {
 	}
 	if c.Rank >= 0 {
 		attrs = append(attrs, AttrTPRank.Int(c.Rank))
+	}
+	if len(c.Devices) > 0 {
+		names := make([]string, len(c.Devices))
+		uuids := make([]string, len(c.Devices))
+		idx := make([]int, len(c.Devices))
+		for i, d := range c.Devices {
+			names[i], uuids[i], idx[i] = d.Name, d.UUID, d.Index
+		}
+		attrs = append(attrs, AttrGPUName.StringSlice(names), AttrGPUUUID.StringSlice(uuids), AttrGPUIndex.IntSlice(idx))
 	}
 	res, err := resource.Merge(r.base, resource.NewWithAttributes(semconv.SchemaURL, attrs...))
 	if err != nil {

@@ -30,8 +30,13 @@ const ScopeName = "github.com/specprof/specprof/export/otlp"
 // (with the process's resource) on first use. Every provider feeds the one
 // batch processor.
 func (e *Exporter) tracer(c *agent.CycleTrace) trace.Tracer {
-	if t, ok := e.tracers[c.PID]; ok {
+	// A process's GPUs become known once it has a CUDA context: its
+	// resource is built again then, once.
+	if t, ok := e.tracers[c.PID]; ok && (len(c.Devices) == 0 || e.withGPUs[c.PID]) {
 		return t
+	}
+	if len(c.Devices) > 0 {
+		e.withGPUs[c.PID] = true
 	}
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(e.res.forProcess(c)),
