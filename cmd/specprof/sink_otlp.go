@@ -95,6 +95,13 @@ func (o *otlpSink) cycle(c *agent.CycleTrace) { o.e.Cycle(c) }
 
 func (o *otlpSink) sample(*agent.CPUSample) {}
 
+// dropped implements dropReporter: spans dropped because the queue was full
+// and spans in failed exports (Stats is safe to call concurrently).
+func (o *otlpSink) dropped() (string, uint64) {
+	st := o.e.Stats()
+	return "otlp", st.SpansDropped + st.SpansFailed
+}
+
 // finish flushes within otlpFlushTimeout and prints the account of every
 // span: exported, dropped, failed or unsent, with the first error (which
 // covers a flush cut short by the deadline).
@@ -108,3 +115,4 @@ func (o *otlpSink) finish(*agent.Report, string) ([]string, error) {
 	}
 	return nil, err
 }
+var _ dropReporter = (*otlpSink)(nil)
