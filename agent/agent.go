@@ -102,6 +102,7 @@ type Agent struct {
 	kernelNames map[int]map[uint32]string
 	corrAlias   map[int]*corrAliases // by pid (gpujoin.go)
 	inSample    bool                 // resolving a CPU sample's stack (classify counts its failures apart)
+	ranks       map[int]*rankTrack   // tensor-parallel ranks (ranks.go)
 }
 
 // New creates an Agent over the given probes.
@@ -457,6 +458,7 @@ func (a *Agent) Report() *Report {
 		r.Processes = append(r.Processes, p.report(a))
 	}
 	sortProcesses(r.Processes)
+	r.Ranks = a.rankReport()
 	return &r
 }
 

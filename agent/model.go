@@ -136,6 +136,9 @@ type Report struct {
 	Events    int64            `json:"events"`
 	CPU       SamplerStats     `json:"cpu_sampler,omitzero"`   // the CPU sampler (zero when it was off)
 	Spec      *SpecMetrics     `json:"spec_metrics,omitempty"` // the server's own numbers, when a source was given
+	// Ranks compares the collectives of the tensor-parallel ranks traced
+	// (two or more processes with a TP rank): who arrived last, how late.
+	Ranks []*RankStats `json:"ranks,omitempty"`
 }
 
 // SpecMetrics are the server's speculative-decoding figures over the

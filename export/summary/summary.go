@@ -121,6 +121,17 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 		fmt.Fprintf(w, "\ncpu samples %d (%s ms of CPU): %d with a Python stack, %d in the kernel; without a Python stack: %d native threads, %d unknown interpreter, %d read errors; %d stacks truncated, %d torn frames (taken mid frame push); %d lost (ring buffer full)\n",
 			c.Samples, ms(float64(c.CPUNs)), c.Python, c.Kernel, c.NoThreadState, c.NoPython, c.ReadErrors, c.Truncated, l.SampleTornFrames, l.SamplesLost)
 	}
+	if len(r.Ranks) > 0 {
+		fmt.Fprintf(w, "\ntensor-parallel ranks (collectives compared by cycle and order):\n")
+		for _, k := range r.Ranks {
+			share := 0.0
+			if k.Collectives > 0 {
+				share = 100 * float64(k.LastArrivals) / float64(k.Collectives)
+			}
+			fmt.Fprintf(w, "  TP%d pid %d: last to arrive at %d of %d collectives (%.1f %%), the others waited %s ms for it over %d cycles\n",
+				k.Rank, k.PID, k.LastArrivals, k.Collectives, share, ms(float64(k.WaitImposedNs)), k.Cycles)
+		}
+	}
 	fmt.Fprintf(w, "\nevents %d; lost: ringbuf %d, scratch %d, openat %d, decode %d; unattributed: no-python %d, no-thread-state %d, read-errors %d, truncated %d, stale %d, symbolize %d, unmatched sync exits %d\n",
 		r.Events, l.RingBuf, l.Scratch, l.OpenAt, l.DecodeErrors, l.NoPython, l.NoThreadState, l.ReadErrors, l.Truncated, l.Stale, l.SymbolErrors, l.UnmatchedExit)
 	return nil

@@ -23,6 +23,7 @@ Only the Python standard library is used; runs on CPython 3.10 .. 3.13.
 import contextlib
 import ctypes
 import threading
+import time
 
 c_int = ctypes.c_int
 c_uint = ctypes.c_uint
@@ -481,6 +482,12 @@ class Nccl(object):
             return self._allreduce(dptr, count, stream, dtype, op)
         return wrap(self._allreduce, dptr, count, stream, dtype, op)
 
+    straggle_ns = 0  # --straggle-us: arrive this late at every collective (busy wait)
+
     def _allreduce(self, dptr, count, stream, dtype, op):
+        if self.straggle_ns:
+            end = time.monotonic_ns() + self.straggle_ns
+            while time.monotonic_ns() < end:
+                pass
         self._check("ncclAllReduce",
                     self._ncclAllReduce(dptr, dptr, count, dtype, op, self.comm, stream))

@@ -75,6 +75,11 @@ def parse_args(argv=None):
     p.add_argument("--sleep-before-cuda", type=float, default=0.0, metavar="S",
                    help="seconds to sleep before loading libcuda")
     p.add_argument("--tp-rank", type=int, default=0, help="TP rank (log prefix)")
+    p.add_argument("--tp-size", type=int, default=1,
+                   help="tensor-parallel ranks: rank 0 (this process) starts ranks 1..N-1 as processes "
+                        "titled sglang::scheduler_TP<r>, like SGLang's launcher; their communicator has N ranks")
+    p.add_argument("--straggle-us", type=float, default=0.0, metavar="US",
+                   help="the last rank arrives US microseconds late at every all-reduce (busy wait)")
     p.add_argument("--device", type=int, default=0, help="CUDA device ordinal")
     p.add_argument("--self-check", action="store_true",
                    help="at every call, apply the sglang preset to the Python stack and compare "
@@ -144,7 +149,9 @@ def make_gpu(cuda, kernels, a, stream, draft_steps):
     from simkernels import SimGpu
     from sglang.srt.distributed.device_communicators.pynccl import PyNcclCommunicator
     from sglang.srt.distributed.parallel_state import GroupCoordinator
-    nccl = fakecuda.Nccl(cuda) if a.allreduce else None
+    nccl = fakecuda.Nccl(cuda, nranks=a.tp_size, rank=a.tp_rank) if a.allreduce else None
+    if nccl is not None and a.straggle_us > 0 and a.tp_rank == a.tp_size - 1:
+        nccl.straggle_ns = int(a.straggle_us * 1000)
     gpu = SimGpu(cuda, kernels, stream, cuda.stream(), nccl=nccl, hidden=a.hidden,
                  max_tokens=a.batch_size * (draft_steps + 1))
     tp_group = GroupCoordinator(PyNcclCommunicator(gpu)) if nccl is not None else None
@@ -225,8 +232,20 @@ def main(argv=None):
     a = parse_args(argv)
     if a.proctitle:
         set_proctitle(a.proctitle)
+    children = []
+    if a.tp_size > 1 and a.tp_rank == 0:
+        # Ranks 1..N-1: the same command with their rank and title, started before this rank
+        # initializes CUDA (as SGLang's launcher does).
+        import subprocess
+        base = list(argv if argv is not None else sys.argv[1:])
+        for r in range(1, a.tp_size):
+            children.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + base +
+                                             ["--tp-rank", str(r), "--proctitle", "sglang::scheduler_TP%d" % r]))
     with tag("other"):
-        return _main(a)
+        rc = _main(a)
+    for c in children:
+        rc = rc or c.wait()
+    return rc
 
 
 def _main(a):
