@@ -20,7 +20,9 @@ import (
 // `specprof run`, the last rank made late at every all-reduce. Both ranks
 // are traced with their rank; their collectives carry the communicator's
 // two ranks and bus bandwidth; the straggler is named, at (nearly) every
-// collective, with the other rank waiting for it.
+// collective, with the other rank waiting for it (the stand-in libnccl
+// stretches the early rank's kernel until the late one's starts, as NCCL's
+// kernels wait for their peers).
 func TestTensorParallelRanks(t *testing.T) {
 	testenv.RequireRoot(t)
 	if testing.Short() {
@@ -98,8 +100,11 @@ func TestTensorParallelRanks(t *testing.T) {
 	if r1.LastArrivals < r1.Collectives*95/100 {
 		t.Errorf("the late rank arrived last at %d of %d collectives", r1.LastArrivals, r1.Collectives)
 	}
-	if r1.WaitImposedNs < r1.LastArrivals*straggleUs*1000 {
-		t.Errorf("rank 1 imposed %d ns of waiting over %d collectives, want at least %d us each", r1.WaitImposedNs, r1.LastArrivals, straggleUs)
+	// The stand-in NCCL, like NCCL, holds every rank's kernel until the last
+	// rank's has started: the ranks meet at each collective, so the wait is
+	// the lateness of each arrival, not a drift that adds up.
+	if per := r1.WaitImposedNs / max(r1.LastArrivals, 1); per < straggleUs*600 || per > straggleUs*3000 {
+		t.Errorf("rank 1 made the others wait %d ns per collective; it was %d us late at each", per, straggleUs)
 	}
 	if !strings.Contains(out.String(), "TP1 pid") {
 		t.Errorf("the report does not name the ranks:\n%s", out.String())

@@ -19,6 +19,9 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +47,9 @@ static struct {
     void (*truth_line)(const char *);
     const char *(*get_tag)(void);
     uint64_t (*last_corr)(void);
+    uint64_t (*stream_free_at)(CUstream);
+    void (*get_config)(simgpu_config *);
+    uint64_t lat;
     int ok;
     uint64_t base_ns;
     uint64_t bytes_per_us;
@@ -79,6 +85,14 @@ static void cu_load(void) {
     *(void **)&cu.truth_line = dlsym(h, "simgpu_truth_line");
     *(void **)&cu.get_tag = dlsym(h, "simgpu_get_tag");
     *(void **)&cu.last_corr = dlsym(h, "simgpu_last_correlation_id");
+    *(void **)&cu.stream_free_at = dlsym(h, "simgpu_stream_free_at");
+    *(void **)&cu.get_config = dlsym(h, "simgpu_get_config");
+    if (cu.get_config) {
+        simgpu_config sc;
+        memset(&sc, 0, sizeof sc);
+        cu.get_config(&sc);
+        cu.lat = sc.launch_latency_ns;
+    }
     cu.ok = cu.cuModuleLoadData && cu.cuModuleGetFunction && cu.cuLaunchKernelEx && cu.cuCtxGetDevice &&
             cu.set_duration && cu.truth_line && cu.get_tag && cu.last_corr;
     if (!cu.ok) fprintf(stderr, "specprof stand-in libnccl: libcuda.so.1 is not the specprof stand-in\n");
@@ -100,12 +114,100 @@ static uint64_t now_ns(void) {
 
 #define COMM_MAGIC 0x6e63636cu
 
+struct rdv;
+
 struct ncclComm {
     uint32_t magic;
     int nranks;
     int rank;
     int device;
+    struct rdv *rdv; /* ranks > 1: the shared rendezvous (see rendezvous) */
+    uint64_t seq;    /* collectives launched on this communicator */
 };
+
+/* ------------------------------------------------------------------------------------------ */
+/* Ranks of one communicator in several processes: like NCCL, a collective's kernel runs until
+ * every rank's kernel has started, so the first ranks' kernels last longer by the wait for the
+ * last one (the straggler). The ranks meet in a shared-memory segment named after the unique
+ * id; each publishes when its kernel would start, waits for the others, and stretches its
+ * kernel by the difference. The host waits here (real NCCL's host does not): the simulated GPU
+ * has no cross-process clock of its own. Ranks that do not share the id never meet: after one
+ * timeout the communicator stops trying (said once on stderr).                               */
+
+#define RDV_SLOTS 64
+#define RDV_RANKS 16
+
+struct rdv {
+    _Atomic uint64_t pub[RDV_SLOTS][RDV_RANKS];   /* seq + 1 once the rank published */
+    _Atomic uint64_t ready[RDV_SLOTS][RDV_RANKS]; /* when its kernel would start */
+};
+
+/* Segment names to remove at exit (the mappings of ranks still running stay valid). */
+static char rdv_names[8][64];
+static int rdv_nnames;
+
+static void rdv_cleanup(void) {
+    for (int i = 0; i < rdv_nnames; i++) shm_unlink(rdv_names[i]);
+}
+
+static struct rdv *rdv_open(const ncclUniqueId *id, int create_owner) {
+    uint64_t k[2];
+    memcpy(k, id->internal, sizeof k);
+    char name[64];
+    snprintf(name, sizeof name, "/specprof-sim-nccl-%016llx%016llx", (unsigned long long)k[0], (unsigned long long)k[1]);
+    int fd = shm_open(name, O_CREAT | O_RDWR, 0600);
+    if (fd < 0) return NULL;
+    if (ftruncate(fd, sizeof(struct rdv)) != 0) {
+        close(fd);
+        return NULL;
+    }
+    void *m = mmap(NULL, sizeof(struct rdv), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    (void)create_owner;
+    pthread_mutex_lock(&mu);
+    if (rdv_nnames < 8) {
+        if (rdv_nnames == 0) atexit(rdv_cleanup);
+        snprintf(rdv_names[rdv_nnames++], sizeof rdv_names[0], "%s", name);
+    }
+    pthread_mutex_unlock(&mu);
+    return m == MAP_FAILED ? NULL : m;
+}
+
+/* How much longer this rank's collective kernel on stream runs: the last rank's start minus
+ * this one's (0 for the last rank, or without peers). */
+static uint64_t rendezvous(struct ncclComm *comm, CUstream stream) {
+    pthread_mutex_lock(&mu);
+    struct rdv *r = comm->rdv;
+    uint64_t seq = comm->seq++;
+    int rank = comm->rank, n = comm->nranks;
+    pthread_mutex_unlock(&mu);
+    if (!r || !cu.stream_free_at) return 0;
+    uint64_t mine = now_ns() + cu.lat;
+    uint64_t f = cu.stream_free_at(stream);
+    if (f > mine) mine = f;
+    unsigned slot = (unsigned)(seq % RDV_SLOTS);
+    atomic_store(&r->ready[slot][rank], mine);
+    atomic_store(&r->pub[slot][rank], seq + 1);
+    uint64_t last = mine, deadline = now_ns() + 2000000000ull;
+    for (int q = 0; q < n; q++) {
+        while (atomic_load(&r->pub[slot][q]) != seq + 1) {
+            if (now_ns() > deadline) {
+                fprintf(stderr, "specprof stand-in libnccl: rank %d: the other ranks never reached collective %llu "
+                                "(do they share the unique id?); ranks no longer wait for each other\n",
+                        rank, (unsigned long long)seq);
+                pthread_mutex_lock(&mu);
+                comm->rdv = NULL;
+                pthread_mutex_unlock(&mu);
+                return 0;
+            }
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+        uint64_t t = atomic_load(&r->ready[slot][q]);
+        if (t > last) last = t;
+    }
+    return last - mine;
+}
 
 static struct ncclComm **comms;
 static size_t ncomms, comms_cap;
@@ -161,13 +263,14 @@ static int current_device(void) {
     return 0;
 }
 
-static ncclResult_t comm_new(ncclComm_t *out, int nranks, int rank, int device) {
+static ncclResult_t comm_new(ncclComm_t *out, int nranks, int rank, int device, const ncclUniqueId *id) {
     struct ncclComm *c = calloc(1, sizeof *c);
     if (!c) return ncclSystemError;
     c->magic = COMM_MAGIC;
     c->nranks = nranks;
     c->rank = rank;
     c->device = device;
+    if (id && nranks > 1 && nranks <= RDV_RANKS) c->rdv = rdv_open(id, rank == 0);
     pthread_mutex_lock(&mu);
     int rc = comm_add(c);
     pthread_mutex_unlock(&mu);
@@ -353,6 +456,8 @@ static ncclResult_t launch_ops(struct op *ops, size_t n) {
     char name[96];
     kernel_name(&ops[0], name, sizeof name);
     uint64_t duration = cu.base_ns + bytes * 1000ull / cu.bytes_per_us;
+    /* Rounded to 1 us: one function per (name, duration), so waits make few distinct ones. */
+    duration += (rendezvous((struct ncclComm *)ops[0].comm, (CUstream)ops[0].stream) + 500) / 1000 * 1000;
     CUfunction f;
     CUresult rc = get_function(name, duration, &f);
     if (rc != CUDA_SUCCESS) return ncclUnhandledCudaError;
@@ -485,14 +590,14 @@ EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId 
     FRAME();
     (void)commId;
     if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
-    return comm_new(comm, nranks, rank, current_device());
+    return comm_new(comm, nranks, rank, current_device(), &commId);
 }
 
 EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
     FRAME();
     if (!comm || ndev < 1) return ncclInvalidArgument;
     for (int i = 0; i < ndev; i++) {
-        ncclResult_t r = comm_new(&comm[i], ndev, i, devlist ? devlist[i] : i);
+        ncclResult_t r = comm_new(&comm[i], ndev, i, devlist ? devlist[i] : i, NULL);
         if (r != ncclSuccess) {
             for (int j = 0; j < i; j++) comm_remove(comm[j]);
             return r;

@@ -22,8 +22,8 @@ Only the Python standard library is used; runs on CPython 3.10 .. 3.13.
 
 import contextlib
 import ctypes
+import os
 import threading
-import time
 
 c_int = ctypes.c_int
 c_uint = ctypes.c_uint
@@ -459,7 +459,14 @@ class Nccl(object):
             self._ncclGetErrorString.restype = c_char_p
             self._ncclGetErrorString.argtypes = [c_int]
         uid = ncclUniqueId()
-        self._check("ncclGetUniqueId", self._ncclGetUniqueId(byref(uid)))
+        shared = os.environ.get("SPECPROF_DEMO_NCCL_UID")
+        if shared and nranks > 1:
+            # The ranks of one communicator share rank 0's id (SGLang passes it through its
+            # TCP store; the demo's launcher through the environment).
+            raw = bytes.fromhex(shared)
+            ctypes.memmove(ctypes.addressof(uid), raw, min(len(raw), ctypes.sizeof(uid)))
+        else:
+            self._check("ncclGetUniqueId", self._ncclGetUniqueId(byref(uid)))
         comm = c_void_p()
         self._check("ncclCommInitRank", self._ncclCommInitRank(byref(comm), nranks, uid, rank))
         self.comm = comm.value
@@ -482,12 +489,11 @@ class Nccl(object):
             return self._allreduce(dptr, count, stream, dtype, op)
         return wrap(self._allreduce, dptr, count, stream, dtype, op)
 
-    straggle_ns = 0  # --straggle-us: arrive this late at every collective (busy wait)
+    straggle_fn = None  # --straggle-us: a kernel this rank runs before every collective
 
     def _allreduce(self, dptr, count, stream, dtype, op):
-        if self.straggle_ns:
-            end = time.monotonic_ns() + self.straggle_ns
-            while time.monotonic_ns() < end:
-                pass
+        if self.straggle_fn is not None:
+            # A straggling rank: its GPU reaches the collective late (a slower layer, say).
+            self.cuda.launch(self.straggle_fn, stream)
         self._check("ncclAllReduce",
                     self._ncclAllReduce(dptr, dptr, count, dtype, op, self.comm, stream))

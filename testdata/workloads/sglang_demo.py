@@ -78,8 +78,12 @@ def parse_args(argv=None):
     p.add_argument("--tp-size", type=int, default=1,
                    help="tensor-parallel ranks: rank 0 (this process) starts ranks 1..N-1 as processes "
                         "titled sglang::scheduler_TP<r>, like SGLang's launcher; their communicator has N ranks")
+    p.add_argument("--side-stream", action="store_true",
+                   help="verify also launches a long kernel on a second stream, overlapping the main "
+                        "stream's kernels")
     p.add_argument("--straggle-us", type=float, default=0.0, metavar="US",
-                   help="the last rank arrives US microseconds late at every all-reduce (busy wait)")
+                   help="the last rank's GPU arrives US microseconds late at every all-reduce (a kernel "
+                        "of that length before it)")
     p.add_argument("--device", type=int, default=0, help="CUDA device ordinal")
     p.add_argument("--self-check", action="store_true",
                    help="at every call, apply the sglang preset to the Python stack and compare "
@@ -151,7 +155,7 @@ def make_gpu(cuda, kernels, a, stream, draft_steps):
     from sglang.srt.distributed.parallel_state import GroupCoordinator
     nccl = fakecuda.Nccl(cuda, nranks=a.tp_size, rank=a.tp_rank) if a.allreduce else None
     if nccl is not None and a.straggle_us > 0 and a.tp_rank == a.tp_size - 1:
-        nccl.straggle_ns = int(a.straggle_us * 1000)
+        nccl.straggle_fn = cuda.function("rank_straggle_kernel", a.straggle_us)
     gpu = SimGpu(cuda, kernels, stream, cuda.stream(), nccl=nccl, hidden=a.hidden,
                  max_tokens=a.batch_size * (draft_steps + 1))
     tp_group = GroupCoordinator(PyNcclCommunicator(gpu)) if nccl is not None else None
@@ -237,6 +241,7 @@ def main(argv=None):
         # Ranks 1..N-1: the same command with their rank and title, started before this rank
         # initializes CUDA (as SGLang's launcher does).
         import subprocess
+        os.environ["SPECPROF_DEMO_NCCL_UID"] = os.urandom(16).hex()
         base = list(argv if argv is not None else sys.argv[1:])
         for r in range(1, a.tp_size):
             children.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + base +
@@ -265,6 +270,8 @@ def _main(a):
 
     stream = fakecuda.LEGACY_STREAM if a.stream == "legacy" else cuda.stream()
     gpu, tp_group = make_gpu(cuda, kernels, a, stream, a.draft_steps)
+    if a.side_stream:
+        gpu.side_stream = cuda.stream()
     server_args = make_server_args(a, a.layers, a.draft_steps, a.seed)
 
     extra = ExtraWorker(a, cuda, kernels) if a.extra_thread else None

@@ -40,6 +40,9 @@ KERNELS = {
     "verify_tree_greedy": ("verify_tree_greedy", SMALL, False),
     "create_extend_after_decode_spec_info": ("create_extend_after_decode_spec_info", SMALL, False),
     "spec_bookkeeping": ("spec_cycle_bookkeeping_kernel", SMALL, False),
+    # --side-stream: verify's work on a second stream, overlapping the main stream's kernels
+    # (the phase's GPU busy time is the union of the two, not their sum)
+    "side_prefetch": ("kv_prefetch_side_stream_kernel", 4 * GEMM, False),
     # scheduler
     "write_req_to_token_pool": ("write_req_to_token_pool_triton", SMALL, False),
     "copy_next_token_ids": ("copy_next_token_ids_kernel", SMALL, False),
@@ -77,10 +80,18 @@ class SimGpu(object):
         self._launch = cuda.launch
         # Graph capture redirects launches to the capture stream.
         self.cur_stream = stream
+        self.side_stream = None  # --side-stream: a second stream (set by the workload)
 
     def launch(self, role, tokens=1):
         fn, ex = self._table[role]
         self._launch(fn, self.cur_stream, ex, (max(1, tokens), 1, 1))
+
+    def launch_side(self, role, tokens=1):
+        """Launches on the side stream (no-op without one, or while capturing)."""
+        if self.side_stream is None or self.cur_stream != self.stream:
+            return
+        fn, ex = self._table[role]
+        self._launch(fn, self.side_stream, ex, (max(1, tokens), 1, 1))
 
     def allreduce(self, count):
         self.nccl.allreduce(self.ar_buf, count, self.cur_stream)

@@ -157,6 +157,7 @@ class EAGLEWorker(TpModelWorker):
 
     def verify(self, batch, spec_info):
         with tag("spec.verify"):
+            self.gpu.launch_side("side_prefetch", batch.batch_size())
             spec_info.prepare_for_verify(batch, self.page_size)
             batch.forward_mode = ForwardMode.TARGET_VERIFY
             batch.spec_info = spec_info
