@@ -201,6 +201,7 @@ class Cuda(object):
         self._cuStreamSynchronize = bind("cuStreamSynchronize", c_void_p)
         self._cuEventCreate = bind("cuEventCreate", P(c_void_p), c_uint)
         self._cuEventRecord = bind("cuEventRecord", c_void_p, c_void_p)
+        self._cuStreamWaitEvent = bind("cuStreamWaitEvent", c_void_p, c_void_p, c_uint)
         self._cuEventSynchronize = bind("cuEventSynchronize", c_void_p)
         self._cuLaunchKernel = bind(
             "cuLaunchKernel", c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint,
@@ -364,6 +365,15 @@ class Cuda(object):
 
     def _event_record(self, ev, stream):
         self._check("cuEventRecord", self._cuEventRecord(ev, stream))
+
+    def stream_wait_event(self, stream, ev):
+        """Work submitted to `stream` later waits for `ev` (cuStreamWaitEvent)."""
+        if self.wrap is None:
+            return self._stream_wait_event(stream, ev)
+        return self.wrap(self._stream_wait_event, stream, ev)
+
+    def _stream_wait_event(self, stream, ev):
+        self._check("cuStreamWaitEvent", self._cuStreamWaitEvent(stream, ev, 0))
 
     def event_sync(self, ev):
         if self.wrap is None:

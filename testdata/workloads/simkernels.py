@@ -81,15 +81,22 @@ class SimGpu(object):
         # Graph capture redirects launches to the capture stream.
         self.cur_stream = stream
         self.side_stream = None  # --side-stream: a second stream (set by the workload)
+        self._side_event = None
 
     def launch(self, role, tokens=1):
         fn, ex = self._table[role]
         self._launch(fn, self.cur_stream, ex, (max(1, tokens), 1, 1))
 
     def launch_side(self, role, tokens=1):
-        """Launches on the side stream (no-op without one, or while capturing)."""
+        """Launches on the side stream, starting when the main stream gets there (an event
+        recorded on the main stream, waited for on the side one): its kernel then runs alongside
+        the main stream's next kernels. No-op without a side stream, or while capturing."""
         if self.side_stream is None or self.cur_stream != self.stream:
             return
+        if self._side_event is None:
+            self._side_event = self.cuda.event()
+        self.cuda.event_record(self._side_event, self.stream)
+        self.cuda.stream_wait_event(self.side_stream, self._side_event)
         fn, ex = self._table[role]
         self._launch(fn, self.side_stream, ex, (max(1, tokens), 1, 1))
 
