@@ -115,4 +115,5 @@ func (o *otlpSink) finish(*agent.Report, string) ([]string, error) {
 	}
 	return nil, err
 }
+
 var _ dropReporter = (*otlpSink)(nil)
