@@ -99,10 +99,11 @@ type Agent struct {
 	joiner  *correlate.Joiner[correlate.Key]
 	// Kernel names by pid and the CUPTI library's name id, copied from the
 	// connection as records arrive (the joiner hands out ids, later).
-	kernelNames map[int]map[uint32]string
+	kernelNames map[int]map[uint32]kernelName
 	corrAlias   map[int]*corrAliases // by pid (gpujoin.go)
 	inSample    bool                 // resolving a CPU sample's stack (classify counts its failures apart)
 	ranks       map[int]*rankTrack   // tensor-parallel ranks (ranks.go)
+	duty        map[int]*dutyState   // duty-cycled GPU tracing windows by pid (duty.go)
 }
 
 // New creates an Agent over the given probes.

@@ -166,20 +166,22 @@ func (a *Agent) onGPUJoin(k correlate.Key, r *correlate.GPURecord) {
 	if k.Cycle <= 0 {
 		return
 	}
+	// Per GPU record: the name and its class were looked up once per
+	// (process, name id) when the record arrived.
+	var kn kernelName
+	if r.Kind == correlate.Kernel {
+		kn = a.kernelNames[r.PID][r.Name]
+	}
+	name, coll := kn.name, kn.coll
+	if !coll && !(a.opts.Detail && a.tracing()) {
+		return
+	}
 	p := a.procs[r.PID]
 	if p == nil {
 		return
 	}
 	t := p.threads[k.Thread]
 	if t == nil {
-		return
-	}
-	name := ""
-	if r.Kind == correlate.Kernel {
-		name = a.kernelNames[r.PID][r.Name]
-	}
-	coll := r.Kind == correlate.Kernel && isCollectiveKernel(name)
-	if !coll && !(a.opts.Detail && a.tracing()) {
 		return
 	}
 	var b *cycleBuild
@@ -346,6 +348,12 @@ func ncclKernelOp(name string) (op, red, dtype string) {
 		}
 	}
 	return op, red, dtype
+}
+
+// kernelName is a kernel's name and whether it is a collective's.
+type kernelName struct {
+	name string
+	coll bool
 }
 
 // isCollectiveKernel recognises NCCL's kernels and the custom all-reduce

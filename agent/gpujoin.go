@@ -113,6 +113,7 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 		return
 	}
 	pid := int(c.Info().Pid)
+	a.noteWindows(pid, b.Windows)
 	var wm uint64
 	al := a.aliases(pid)
 	for _, r := range outermost(b.APIs, al) {
@@ -124,15 +125,16 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 	names := a.kernelNames[pid]
 	if names == nil && len(b.Kernels) > 0 {
 		if a.kernelNames == nil {
-			a.kernelNames = map[int]map[uint32]string{}
+			a.kernelNames = map[int]map[uint32]kernelName{}
 		}
-		names = map[uint32]string{}
+		names = map[uint32]kernelName{}
 		a.kernelNames[pid] = names
 	}
 	for i := range b.Kernels {
 		k := &b.Kernels[i]
 		if _, ok := names[k.NameID]; !ok {
-			names[k.NameID] = c.Name(k.NameID)
+			n := c.Name(k.NameID)
+			names[k.NameID] = kernelName{name: n, coll: isCollectiveKernel(n)}
 		}
 		a.joiner.GPU(&correlate.GPURecord{Start: k.Start, End: k.End, PID: pid, Corr: al.of(k.CorrelationID), Stream: k.Stream,
 			Device: k.Device, Name: k.NameID, GraphID: k.GraphID, Kind: correlate.Kernel})

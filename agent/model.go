@@ -69,6 +69,9 @@ type Window struct {
 	CycleNs    int64         `json:"cycle_ns"` // sum of cycle wall spans (first to last call)
 	GPU        bool          `json:"gpu"`      // GPU columns are known (CUPTI records joined)
 	Phases     []*PhaseStats `json:"phases"`
+	// Untraced cycles of the window lie outside the GPU tracing windows
+	// (duty-cycled tracing): GPU figures are per traced cycle.
+	Untraced int `json:"cycles_outside_gpu_windows,omitempty"`
 }
 
 // Cycles is the number of cycles in the window.
@@ -84,6 +87,9 @@ type ThreadReport struct {
 	Outside  []*PhaseStats `json:"outside"` // calls made outside any cycle
 	Calls    int64         `json:"calls"`
 	Resolved int64         `json:"resolved_in_user_space"` // events whose phase user space resolved (warm-up)
+	// Untraced counts cycles outside the GPU tracing windows (duty-cycled
+	// tracing): they have CPU figures only.
+	Untraced int `json:"cycles_outside_gpu_windows,omitempty"`
 }
 
 // ProcessReport describes one traced process.
@@ -97,6 +103,8 @@ type ProcessReport struct {
 	Start     time.Time       `json:"start"`
 	ExitCode  *int            `json:"exit_code,omitempty"`
 	GPU       *GPUStats       `json:"gpu,omitempty"` // from the injected CUPTI library
+	// Duty describes duty-cycled GPU tracing, when it was on.
+	Duty *DutyStats `json:"gpu_duty,omitempty"`
 }
 
 // Loss counts everything that was dropped or could not be attributed.

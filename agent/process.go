@@ -88,12 +88,14 @@ type thread struct {
 	byCycle  map[int]*closedCycle
 	gpu      bool
 
-	total    map[uint16]*PhaseStats
-	outside  map[uint16]*phaseAcc
-	totalNs  int64
-	cycles   int
-	calls    int64
-	resolved int64
+	untraced    int // cycles outside the GPU tracing windows (duty.go)
+	winUntraced int // of the current window
+	total       map[uint16]*PhaseStats
+	outside     map[uint16]*phaseAcc
+	totalNs     int64
+	cycles      int
+	calls       int64
+	resolved    int64
 
 	smp threadSamples // CPU samples waiting for their cycle (sampler.go)
 }
@@ -420,6 +422,8 @@ type closedCycle struct {
 	spans map[uint16][2]uint64
 	build *cycleBuild
 	trace *CycleTrace
+	// first and last call, for duty-cycled GPU tracing (duty.go)
+	first, last uint64
 }
 
 func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
@@ -427,7 +431,8 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 		return
 	}
 	t.inCycle = false
-	cc := &closedCycle{no: t.cycleNo, spanNs: int64(t.cycleLast - t.cycleFirst), phases: map[uint16]*PhaseStats{}}
+	cc := &closedCycle{no: t.cycleNo, spanNs: int64(t.cycleLast - t.cycleFirst), phases: map[uint16]*PhaseStats{},
+		first: t.cycleFirst, last: t.cycleLast}
 	if a.tracing() {
 		cc.spans = make(map[uint16][2]uint64, len(t.cur))
 	}
@@ -489,6 +494,11 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 		}
 		t.closed = t.closed[1:]
 		delete(t.byCycle, cc.no)
+		if cc.gpu && !a.traced(p.pid, cc.first, cc.last) {
+			cc.stripGPU()
+			t.untraced++
+			t.winUntraced++
+		}
 		if t.cycles == 0 || t.winFirst == 0 {
 			t.winFirst = cc.no
 		}
@@ -512,9 +522,11 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 		}
 		if a.opts.Interval > 0 && cc.no-t.winFirst+1 >= a.opts.Interval {
 			w := &Window{PID: p.pid, TID: t.tid, FirstCycle: t.winFirst, LastCycle: cc.no, CycleNs: t.winNs, GPU: t.winGPU,
-				Phases: sortedStats(t.win, func(id uint16) int { return a.phaseOrder(id, m) })}
+				Untraced: t.winUntraced,
+				Phases:   sortedStats(t.win, func(id uint16) int { return a.phaseOrder(id, m) })}
 			t.win = map[uint16]*PhaseStats{}
 			t.winNs = 0
+			t.winUntraced = 0
 			t.winGPU = false
 			t.winFirst = cc.no + 1
 			if a.opts.OnWindow != nil {
@@ -536,9 +548,12 @@ func (p *process) report(a *Agent) *ProcessReport {
 	r := *p.rep
 	r.Threads = nil
 	r.GPU = a.gpu.snapshot(p.pid)
+	if d := a.duty[p.pid]; d != nil {
+		r.Duty = d.stats()
+	}
 	order := func(id uint16) int { return a.phaseOrder(id, m) }
 	for _, t := range p.threads {
-		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu,
+		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced,
 			Phases: sortedStats(t.total, order), Outside: sortedStats(outsideStats(t.outside), order), Calls: t.calls, Resolved: t.resolved})
 	}
 	sort.Slice(r.Threads, func(i, j int) bool { return r.Threads[i].TID < r.Threads[j].TID })

@@ -57,6 +57,7 @@ type Batch struct {
 	Syncs      []Sync
 	GraphNodes []GraphNode
 	Overheads  []Overhead
+	Windows    []Window // tracing windows opened or closed (duty-cycled tracing)
 	// Stats is the latest STATS record of this batch, nil when it had none.
 	Stats *LibStats
 	// FlushAck is set when a STATS record answered a flush request (Receiver.Flush).
@@ -70,7 +71,7 @@ type Batch struct {
 // Len is the number of records in the batch (STATS excluded).
 func (b *Batch) Len() int {
 	return len(b.Kernels) + len(b.Memcpys) + len(b.Memsets) + len(b.APIs) + len(b.Syncs) +
-		len(b.GraphNodes) + len(b.Overheads)
+		len(b.GraphNodes) + len(b.Overheads) + len(b.Windows)
 }
 
 // Reset empties the batch, keeping its storage.
@@ -82,6 +83,7 @@ func (b *Batch) Reset() {
 	b.Syncs = b.Syncs[:0]
 	b.GraphNodes = b.GraphNodes[:0]
 	b.Overheads = b.Overheads[:0]
+	b.Windows = b.Windows[:0]
 	b.Stats = nil
 	b.FlushAck = false
 	b.Final = false
@@ -253,6 +255,10 @@ func (d *Decoder) record(typ RecordType, flags uint16, body []byte, b *Batch) {
 	case TypeOverhead:
 		if !short(SizeofOverhead) {
 			b.Overheads = appendRec(b.Overheads, body)
+		}
+	case TypeWindow:
+		if !short(SizeofWindow) {
+			b.Windows = appendRec(b.Windows, body)
 		}
 	case TypeStats:
 		if !short(SizeofStats) {

@@ -42,7 +42,8 @@ enum spw_type {
     SPW_NAME = 8,
     SPW_OVERHEAD = 9,
     SPW_STATS = 10,
-    SPW_NUM_TYPES = 11 /* one past the largest type */
+    SPW_WINDOW = 11,
+    SPW_NUM_TYPES = 12 /* one past the largest type */
 };
 
 /* spw_header.flags */
@@ -185,6 +186,13 @@ struct spw_overhead {
     uint32_t objectKind;  /* CUpti_ActivityObjectKind: 1 process, 2 thread, 3 device, ... */
     uint32_t objectID[3]; /* process/thread, or device/context/stream, by objectKind */
     uint32_t reserved;
+};
+
+/* A window of GPU activity tracing (SPECPROF_CUPTI_DUTY): kernels, copies and sets are recorded
+ * only while one is open. Sent when it opens (close 0) and when it closes. */
+struct spw_window {
+    uint64_t open;  /* CLOCK_MONOTONIC ns, after the kinds were enabled */
+    uint64_t close; /* before they were disabled; 0 while open */
 };
 
 /* Cumulative counters of the library since the process started (every connection included). */

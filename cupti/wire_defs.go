@@ -44,6 +44,10 @@ type Overhead C.struct_spw_overhead
 // LibStats holds the injected library's cumulative counters (a STATS record).
 type LibStats C.struct_spw_stats
 
+// Window is a window of GPU activity tracing (duty-cycled tracing): GPU records exist only for
+// work launched while one was open. Close is 0 while it is open.
+type Window C.struct_spw_window
+
 // RecordType is the type of a wire record.
 type RecordType uint16
 
@@ -59,6 +63,7 @@ const (
 	TypeName      RecordType = C.SPW_NAME
 	TypeOverhead  RecordType = C.SPW_OVERHEAD
 	TypeStats     RecordType = C.SPW_STATS
+	TypeWindow    RecordType = C.SPW_WINDOW
 	// NumRecordTypes is one past the largest record type.
 	NumRecordTypes = C.SPW_NUM_TYPES
 )
@@ -108,4 +113,5 @@ const (
 	SizeofName      = C.sizeof_struct_spw_name
 	SizeofOverhead  = C.sizeof_struct_spw_overhead
 	SizeofStats     = C.sizeof_struct_spw_stats
+	SizeofWindow    = C.sizeof_struct_spw_window
 )

@@ -147,6 +147,13 @@ type LibStats struct {
 	NamesDropped        uint64
 }
 
+// Window is a window of GPU activity tracing (duty-cycled tracing): GPU records exist only for
+// work launched while one was open. Close is 0 while it is open.
+type Window struct {
+	Open  uint64
+	Close uint64
+}
+
 // RecordType is the type of a wire record.
 type RecordType uint16
 
@@ -162,9 +169,10 @@ const (
 	TypeName      RecordType = 0x8
 	TypeOverhead  RecordType = 0x9
 	TypeStats     RecordType = 0xa
+	TypeWindow    RecordType = 0xb
 
 	// NumRecordTypes is one past the largest record type.
-	NumRecordTypes = 0xb
+	NumRecordTypes = 0xc
 )
 
 // Header flags.
@@ -212,4 +220,5 @@ const (
 	SizeofName      = 0x8
 	SizeofOverhead  = 0x28
 	SizeofStats     = 0x60
+	SizeofWindow    = 0x10
 )

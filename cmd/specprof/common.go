@@ -44,6 +44,7 @@ type sessionFlags struct {
 	spec     string
 	cpuHz    int
 	ranks    int
+	duty     string
 }
 
 func (f *sessionFlags) register(c *cobra.Command) {
@@ -60,6 +61,7 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	for _, k := range sinkKinds {
 		k.flags(fl)
 	}
+	fl.StringVar(&f.duty, "cupti-duty", "", "trace GPU kernels and copies only in windows, ON/PERIOD (e.g. 200ms/2s): cycles inside a window get GPU figures, the rest CPU figures only; lowers the cost of kernel tracing to about ON/PERIOD of it")
 	fl.IntVar(&f.ranks, "collective-ranks", 0, "ranks per NCCL communicator, for bus bandwidth (default: the number of traced processes making collectives)")
 	fl.IntVar(&f.cpuHz, "cpu-hz", bpf.DefaultSampleHz, "sample the CPU of the target's threads this many times per second, with their Python stacks (0: off)")
 	fl.StringVar(&f.spec, "spec-metrics", "log", "accept length and tok/s: 'log' (the target's Decode batch / SpecDecoding log lines; run only), a Prometheus URL (http://host:port/metrics), or 'off'")
@@ -104,6 +106,11 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 	}
 	if f.cpuHz < 0 {
 		return nil, fmt.Errorf("--cpu-hz %d: must be 0 (off) or more", f.cpuHz)
+	}
+	if f.duty != "" {
+		if _, _, err := parseDuty(f.duty); err != nil {
+			return nil, err
+		}
 	}
 	if f.interval < 0 {
 		return nil, fmt.Errorf("--interval %d: must be 0 or more", f.interval)
@@ -246,7 +253,15 @@ func (s *session) startCUPTI() ([]string, error) {
 			s.log.Error("CUPTI receiver", "err", err)
 		}
 	}()
-	return []string{"CUDA_INJECTION64_PATH=" + lib, "SPECPROF_SOCKET=" + sock}, nil
+	env := []string{"CUDA_INJECTION64_PATH=" + lib, "SPECPROF_SOCKET=" + sock}
+	if s.flags.duty != "" {
+		on, period, err := parseDuty(s.flags.duty)
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, fmt.Sprintf("SPECPROF_CUPTI_DUTY=%d/%d", on.Milliseconds(), period.Milliseconds()))
+	}
+	return env, nil
 }
 
 // finish writes the final report to the terminal and the output directory.
@@ -398,4 +413,19 @@ func (s *session) specTotal() *agent.SpecMetrics {
 		m.TokPerSec = &v
 	}
 	return m
+}
+
+// parseDuty reads --cupti-duty ON/PERIOD (durations, whole milliseconds).
+func parseDuty(v string) (on, period time.Duration, err error) {
+	a, b, ok := strings.Cut(v, "/")
+	if ok {
+		on, err = time.ParseDuration(a)
+		if err == nil {
+			period, err = time.ParseDuration(b)
+		}
+	}
+	if !ok || err != nil || on < time.Millisecond || period < on || period > time.Hour {
+		return 0, 0, fmt.Errorf("--cupti-duty %q: want ON/PERIOD durations with 1ms <= ON <= PERIOD <= 1h, e.g. 200ms/2s", v)
+	}
+	return on, period, nil
 }

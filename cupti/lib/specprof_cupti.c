@@ -77,6 +77,9 @@ static struct {
     size_t out_cap; /* sender's output buffer */
     int debug;
     int all_api; /* SPECPROF_CUPTI_API=all: records of every driver/runtime call, not only work */
+    /* SPECPROF_CUPTI_DUTY=ON_MS/PERIOD_MS: GPU activity (kernels, copies, sets) is traced only in
+     * windows of ON_MS every PERIOD_MS while an agent listens; 0: always. */
+    uint64_t duty_on_ns, duty_period_ns;
 } cfg;
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -150,6 +153,16 @@ static void read_config(void) {
     cfg.out_cap = (size_t)env_u64("SPECPROF_CUPTI_SEND_BUFFER_KB", 4096, 64, 1u << 20) * 1024;
     cfg.debug = env_u64("SPECPROF_CUPTI_DEBUG", 0, 0, 1) != 0;
     cfg.all_api = getenv("SPECPROF_CUPTI_API") && !strcmp(getenv("SPECPROF_CUPTI_API"), "all");
+    const char *duty = getenv("SPECPROF_CUPTI_DUTY");
+    if (duty && *duty) {
+        unsigned long long on = 0, period = 0;
+        if (sscanf(duty, "%llu/%llu", &on, &period) == 2 && on > 0 && period >= on && period <= 3600000)
+            cfg.duty_on_ns = on * 1000000ull, cfg.duty_period_ns = period * 1000000ull;
+        else
+            logmsg("SPECPROF_CUPTI_DUTY=%s: want ON_MS/PERIOD_MS with 0 < ON_MS <= PERIOD_MS; tracing GPU activity "
+                   "all the time",
+                   duty);
+    }
 }
 
 static uint64_t mono_ns(void) {
@@ -383,6 +396,13 @@ static const struct {
 };
 static uint32_t g_enabled_types; /* record-type bits actually enabled (sender/init only) */
 
+/* Duty-cycled GPU tracing (cfg.duty_*; sender thread only): the GPU kinds that windows switch,
+ * whether one is open, since when, and when the next switch is due. */
+#define K_GPU (K_KERNEL | K_MEMCPY | K_MEMSET)
+static uint32_t g_duty_types;
+static int g_window_open;
+static uint64_t g_window_start, g_next_toggle;
+
 static const char *result_str(spc_result r) {
     const char *s = NULL;
     if (C.GetResultString && C.GetResultString(r, &s) == SPC_SUCCESS && s) return s;
@@ -428,8 +448,12 @@ static void set_driver_callbacks(uint32_t on) {
 static void enable_collection(void) {
     atomic_store(&g_collecting, 1);
     g_enabled_types = 0;
+    g_duty_types = cfg.duty_period_ns ? cfg.kinds & K_GPU : 0;
+    g_window_open = 0;
+    g_next_toggle = 0; /* the first window opens at once */
     for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
         if (!(cfg.kinds & kind_map[i].type_bit)) continue;
+        if (g_duty_types & kind_map[i].type_bit) continue; /* switched by windows */
         spc_result r = C.ActivityEnable(kind_map[i].kind);
         if (r == SPC_SUCCESS)
             g_enabled_types |= kind_map[i].type_bit;
@@ -441,8 +465,22 @@ static void enable_collection(void) {
     set_driver_callbacks(1);
 }
 
+static void set_gpu_kinds(uint32_t on) {
+    for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
+        if (!(g_duty_types & kind_map[i].type_bit)) continue;
+        spc_result r = on ? C.ActivityEnable(kind_map[i].kind) : C.ActivityDisable(kind_map[i].kind);
+        if (r != SPC_SUCCESS && on)
+            LOG_ONCE(L_ENABLE, "cuptiActivityEnable(%s): %s; that kind is not collected", kind_map[i].name,
+                     result_str(r));
+    }
+}
+
 static void disable_collection(void) {
     atomic_store(&g_collecting, 0);
+    if (g_window_open) {
+        set_gpu_kinds(0);
+        g_window_open = 0;
+    }
     set_driver_callbacks(0);
     for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++)
         if (g_enabled_types & kind_map[i].type_bit) (void)C.ActivityDisable(kind_map[i].kind);
@@ -834,6 +872,30 @@ static void send_graph_nodes(void) {
     }
 }
 
+/* Opens or closes the tracing window when due (cfg.duty_*); returns the next due time. Work launched
+ * while a window is open has its GPU records; the agent counts GPU figures only for cycles that
+ * lie wholly inside a window (WINDOW records). */
+static uint64_t duty_step(uint64_t now) {
+    if (!g_duty_types) return UINT64_MAX;
+    if (now < g_next_toggle) return g_next_toggle;
+    struct spw_window w;
+    if (!g_window_open) {
+        set_gpu_kinds(1);
+        g_window_start = mono_ns();
+        g_window_open = 1;
+        g_next_toggle = g_window_start + cfg.duty_on_ns;
+        w.open = g_window_start, w.close = 0;
+    } else {
+        uint64_t end = mono_ns();
+        set_gpu_kinds(0);
+        g_window_open = 0;
+        g_next_toggle = g_window_start + cfg.duty_period_ns;
+        w.open = g_window_start, w.close = end;
+    }
+    (void)out_record(SPW_WINDOW, 0, &w, sizeof w, NULL, 0);
+    return g_next_toggle;
+}
+
 static void send_stats(uint16_t flags) {
     struct spw_stats w = {
         .recordsDelivered = atomic_load(&st.delivered),
@@ -963,7 +1025,7 @@ static void sender_exit_flush(void) {
 static void *sender_main(void *arg) {
     (void)arg;
     uint64_t now = mono_ns(), next_retry = now + cfg.retry_ns, next_flush = now + cfg.flush_ns,
-             next_stats = now + STATS_PERIOD_NS;
+             next_stats = now + STATS_PERIOD_NS, next_duty = UINT64_MAX;
     for (;;) {
         if (atomic_load(&g_exit_req)) {
             if (atomic_load(&g_active)) sender_exit_flush();
@@ -993,6 +1055,7 @@ static void *sender_main(void *arg) {
                 (void)C.ActivityFlushAll(0); /* completed records only: safe at any time */
                 next_flush = now + cfg.flush_ns;
             }
+            next_duty = duty_step(now);
             drain_buffers();
             send_graph_nodes();
             if (now >= next_stats) {
@@ -1007,6 +1070,7 @@ static void *sender_main(void *arg) {
 
         /* Sleep until the next deadline, a completed buffer, a command or writability. */
         uint64_t until = S.fd >= 0 ? (next_flush < next_stats ? next_flush : next_stats) : next_retry;
+        if (S.fd >= 0 && next_duty < until) until = next_duty;
         now = mono_ns();
         int ms = until == UINT64_MAX ? 1000 : until > now ? (int)((until - now + 999999) / 1000000) : 0;
         if (ms > 1000) ms = 1000;

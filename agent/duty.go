@@ -1,0 +1,110 @@
+package agent
+
+import "github.com/specprof/specprof/cupti"
+
+// Duty-cycled GPU tracing (SPECPROF_CUPTI_DUTY in the target, `specprof run
+// --cupti-duty`): the injected library records kernels, copies and sets only
+// in windows, and says when each opens and closes. API records (and so the
+// join of every launch) stay on. A cycle has GPU figures only when it lies
+// wholly inside a window; the others keep their CPU figures and are counted.
+
+type traceWindow struct{ open, close uint64 } // close 0: still open
+
+// dutyState is one process's windows, recent first-to-last.
+type dutyState struct {
+	windows []traceWindow
+	closed  int64  // windows closed
+	openNs  uint64 // total length of the closed windows
+	first   uint64 // open time of the first window
+	last    uint64 // close time of the latest closed window
+}
+
+// maxWindows bounds the windows kept per process; older ones are forgotten
+// (cycles that old have been decided long before).
+const maxWindows = 4096
+
+// noteWindows records a batch's WINDOW records (under a.mu).
+func (a *Agent) noteWindows(pid int, ws []cupti.Window) {
+	if len(ws) == 0 {
+		return
+	}
+	if a.duty == nil {
+		a.duty = map[int]*dutyState{}
+	}
+	d := a.duty[pid]
+	if d == nil {
+		d = &dutyState{}
+		a.duty[pid] = d
+	}
+	for _, w := range ws {
+		if d.first == 0 || w.Open < d.first {
+			d.first = w.Open
+		}
+		n := len(d.windows)
+		if n > 0 && d.windows[n-1].open == w.Open {
+			d.windows[n-1].close = w.Close // the close of the open window
+		} else {
+			d.windows = append(d.windows, traceWindow{w.Open, w.Close})
+		}
+		if w.Close != 0 {
+			d.closed++
+			d.openNs += w.Close - w.Open
+			d.last = max(d.last, w.Close)
+		}
+	}
+	if len(d.windows) > maxWindows {
+		d.windows = append(d.windows[:0], d.windows[len(d.windows)-maxWindows:]...)
+	}
+}
+
+// traced reports whether [first, last] lies wholly inside one window of
+// pid's; true when pid's GPU tracing is not duty-cycled.
+func (a *Agent) traced(pid int, first, last uint64) bool {
+	d := a.duty[pid]
+	if d == nil {
+		return true
+	}
+	for i := len(d.windows) - 1; i >= 0; i-- {
+		w := d.windows[i]
+		if w.open <= first && (w.close == 0 || last <= w.close) {
+			return true
+		}
+		if w.close != 0 && w.close < first {
+			break // windows are in time order: earlier ones end earlier still
+		}
+	}
+	return false
+}
+
+// stripGPU removes the GPU figures of a cycle outside the tracing windows:
+// its launches were joined, but their GPU work was not recorded.
+func (cc *closedCycle) stripGPU() {
+	cc.gpu = false
+	for _, st := range cc.phases {
+		st.GPUCycles, st.GPUKernels, st.GPUBusyNs, st.GPUSpanNs, st.GPUKernelNs = 0, 0, 0, 0, 0
+		st.GPUMemcpys, st.GPUMemcpyBytes, st.GPUMemcpyNs, st.CollGPUNs = 0, 0, 0, 0
+	}
+	if cc.build != nil {
+		for _, pt := range cc.build.phases {
+			pt.GPU = nil
+		}
+		for ph := range cc.build.collK {
+			delete(cc.build.collK, ph)
+		}
+	}
+}
+
+// DutyStats describes duty-cycled GPU tracing of one process.
+type DutyStats struct {
+	Windows  int64   `json:"windows"`   // tracing windows closed
+	WindowNs uint64  `json:"window_ns"` // their total length
+	Share    float64 `json:"share"`     // of the time from the first window's open to the last close
+}
+
+func (d *dutyState) stats() *DutyStats {
+	s := &DutyStats{Windows: d.closed, WindowNs: d.openNs}
+	if d.last > d.first {
+		s.Share = float64(d.openNs) / float64(d.last-d.first)
+	}
+	return s
+}

@@ -1,0 +1,43 @@
+package agent
+
+import (
+	"testing"
+
+	"github.com/specprof/specprof/cupti"
+)
+
+// TestTraced: a cycle has GPU figures only when it lies wholly inside one
+// tracing window; an open window extends to now; a process without windows
+// is traced all the time; the window share is over the windowed time.
+func TestTraced(t *testing.T) {
+	a := &Agent{}
+	if !a.traced(1, 10, 20) {
+		t.Fatal("no windows: traced")
+	}
+	a.noteWindows(1, []cupti.Window{{Open: 100, Close: 0}})
+	a.noteWindows(1, []cupti.Window{{Open: 100, Close: 200}, {Open: 400, Close: 0}})
+	cases := []struct {
+		first, last uint64
+		want        bool
+	}{
+		{100, 200, true}, {120, 150, true}, {90, 150, false}, {150, 250, false}, {250, 300, false},
+		{400, 10_000, true}, // the open window
+		{350, 450, false},
+	}
+	for _, c := range cases {
+		if got := a.traced(1, c.first, c.last); got != c.want {
+			t.Errorf("[%d, %d]: traced %v, want %v", c.first, c.last, got, c.want)
+		}
+	}
+	a.noteWindows(1, []cupti.Window{{Open: 400, Close: 500}})
+	d := a.duty[1]
+	if len(d.windows) != 2 || d.windows[1].close != 500 {
+		t.Fatalf("windows %+v", d.windows)
+	}
+	if s := d.stats(); s.Windows != 2 || s.WindowNs != 200 || s.Share != 0.5 {
+		t.Errorf("stats %+v", s)
+	}
+	if !a.traced(2, 1, 2) {
+		t.Error("another process without windows: traced")
+	}
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/internal/testenv"
+)
+
+// TestCUPTIDuty: with --cupti-duty the injected library records GPU work
+// only in windows. Every launch still joins its API record (nothing counted
+// lost); the cycles inside a window have exactly the simulated kernels and
+// per-phase busy time; the others have no GPU figures and are counted; the
+// report states the windows and their share of the time.
+func TestCUPTIDuty(t *testing.T) {
+	testenv.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	injLib, mockCupti, std := testenv.BuildInjection(t)
+	bin := specprofBin(t)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	const cycles = 400
+	cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+		"--cupti-duty", "100ms/300ms", "--cycles-jsonl", "--cycles-kernels", "--",
+		"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", "400", "--mode", "eager")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti,
+		"SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("specprof run: %v\n%s", err, out)
+	}
+	var rep agent.Report
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	p := rep.Processes[0]
+	var main *agent.ThreadReport
+	for _, th := range p.Threads {
+		if th.TID == p.PID {
+			main = th
+		}
+	}
+	if main == nil || main.Cycles != cycles {
+		t.Fatalf("main thread %+v", main)
+	}
+	if p.Duty == nil || p.Duty.Windows < 2 || p.Duty.Share < 0.2 || p.Duty.Share > 0.5 {
+		t.Errorf("duty %+v: want several windows open about a third of the time", p.Duty)
+	}
+	if main.Untraced == 0 || main.Untraced >= cycles {
+		t.Errorf("%d of %d cycles outside the windows", main.Untraced, cycles)
+	}
+	if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 {
+		t.Errorf("losses with duty-cycled tracing: %+v", l)
+	}
+	if !strings.Contains(string(out), "GPU traced in windows") {
+		t.Errorf("the report does not state the windows:\n%s", out)
+	}
+
+	// Ground truth: the simulated kernels of the main thread by launch time.
+	recs, err := testenv.ReadTruth(filepath.Join(dir, "truth.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type kern struct {
+		submit, start, end uint64
+		tag                string
+	}
+	var ks []kern
+	for _, r := range recs {
+		if r.Kind == "kernel" && int(r.Tid) == p.PID {
+			ks = append(ks, kern{r.Submit, r.Start, r.End, r.Tag})
+		}
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].submit < ks[j].submit })
+	f, err := os.ReadFile(filepath.Join(dir, "cycles.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	traced, untraced := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(string(f)), "\n") {
+		var c agent.CycleTrace
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.TID != p.PID {
+			continue
+		}
+		if !c.GPU {
+			untraced++
+			for _, ph := range c.Phases {
+				if s := ph.Stats; s.GPUKernels != 0 || s.GPUBusyNs != 0 || s.GPUCycles != 0 || len(ph.GPU) != 0 {
+					t.Errorf("cycle %d outside the windows has GPU figures in %s: %+v", c.Cycle, ph.Phase, s)
+				}
+			}
+			continue
+		}
+		traced++
+		i := sort.Search(len(ks), func(i int) bool { return ks[i].submit >= c.Start })
+		want := map[string][][2]uint64{}
+		// The stand-in stamps a launch just after its uprobe fired (the
+		// cycle's last call): allow it 200 us (cycles are milliseconds apart).
+		for ; i < len(ks) && ks[i].submit <= c.End+200_000; i++ {
+			want[ks[i].tag] = append(want[ks[i].tag], [2]uint64{ks[i].start, ks[i].end})
+		}
+		for _, ph := range c.Phases {
+			iv := want[ph.Phase]
+			if int64(len(iv)) != ph.Stats.GPUKernels || unionNs(iv) != ph.Stats.GPUBusyNs {
+				t.Errorf("cycle %d %s: %d kernels, busy %d ns; simulated %d kernels, busy %d ns", c.Cycle, ph.Phase,
+					ph.Stats.GPUKernels, ph.Stats.GPUBusyNs, len(iv), unionNs(iv))
+			}
+		}
+	}
+	if traced == 0 || untraced != main.Untraced || traced+untraced != cycles {
+		t.Errorf("%d traced and %d untraced cycle timelines; report: %d cycles, %d untraced", traced, untraced, cycles, main.Untraced)
+	}
+	t.Logf("%d cycles traced, %d outside the windows; duty %+v", traced, untraced, *p.Duty)
+}
+
+func unionNs(xs [][2]uint64) int64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([][2]uint64(nil), xs...)
+	sort.Slice(s, func(i, j int) bool { return s[i][0] < s[j][0] })
+	var tot int64
+	cs, ce := s[0][0], s[0][1]
+	for _, x := range s[1:] {
+		if x[0] > ce {
+			tot += int64(ce - cs)
+			cs, ce = x[0], x[1]
+		} else if x[1] > ce {
+			ce = x[1]
+		}
+	}
+	return tot + int64(ce-cs)
+}
