@@ -27,10 +27,12 @@ func ms(ns float64) string { return fmt.Sprintf("%.3f", ns/1e6) }
 func WriteWindow(w io.Writer, title string, win *agent.Window) error {
 	n := float64(win.Cycles())
 	fmt.Fprintf(w, "\n%s tid %d  cycles %d-%d  mean cycle %s ms\n", title, win.TID, win.FirstCycle, win.LastCycle, ms(float64(win.CycleNs)/n))
-	return writePhases(w, win.Phases, n, float64(win.CycleNs))
+	return writePhases(w, win.Phases, n, float64(win.CycleNs), n-float64(win.Untraced))
 }
 
-func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs float64) error {
+// writePhases prints the phase table: per-cycle figures over cycles, GPU
+// figures over gpuCycles (fewer with duty-cycled GPU tracing).
+func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs, gpuCycles float64) error {
 	gpu, cpu := false, false
 	for _, p := range phases {
 		gpu = gpu || p.GPUCycles > 0
@@ -63,7 +65,9 @@ func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs float6
 			if p.GPUBusyNs > 0 {
 				share = 100 * float64(p.CollGPUNs) / float64(p.GPUBusyNs)
 			}
-			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t", ms(float64(p.GPUBusyNs)/cycles), pct(p.GPUBusyNs), float64(p.GPUKernels)/cycles, share)
+			gc := max(gpuCycles, 1)
+			busy := float64(p.GPUBusyNs) / gc
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t", ms(busy), 100*busy/max(cycleNs/cycles, 1), float64(p.GPUKernels)/gc, share)
 		}
 		if cpu {
 			fmt.Fprintf(tw, "%s\t", ms(float64(p.CPUNs)/cycles))
@@ -87,14 +91,21 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 				g.CUPTI, g.Kernels, g.GraphKernel, ms(float64(g.KernelNs)), g.Memcpys, g.MemcpyBytes, g.Memsets, g.APIs, g.GraphNodes,
 				g.RecordsPerSecond(), g.DroppedCUPTI, g.DroppedNoAgent, g.DroppedBackpressure, g.DroppedDisconnect)
 		}
+		if d := p.Duty; d != nil {
+			fmt.Fprintf(w, "  GPU traced in windows (--cupti-duty): %d windows, %.1f %% of the time; GPU figures are those of the cycles inside them\n",
+				d.Windows, 100*d.Share)
+		}
 		for _, pr := range p.Problems {
 			fmt.Fprintf(w, "  problem: %s\n", pr)
 		}
 		for _, t := range p.Threads {
 			fmt.Fprintf(w, "  tid %d: %d calls, %d cycles", t.TID, t.Calls, t.Cycles)
+			if t.Untraced > 0 {
+				fmt.Fprintf(w, " (%d outside the GPU tracing windows: CPU figures only)", t.Untraced)
+			}
 			if t.Cycles > 0 {
 				fmt.Fprintf(w, ", mean cycle %s ms\n", ms(float64(t.CycleNs)/float64(t.Cycles)))
-				if err := writePhases(w, t.Phases, float64(t.Cycles), float64(t.CycleNs)); err != nil {
+				if err := writePhases(w, t.Phases, float64(t.Cycles), float64(t.CycleNs), float64(t.Cycles-t.Untraced)); err != nil {
 					return err
 				}
 			} else {
