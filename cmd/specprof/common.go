@@ -186,12 +186,14 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		}
 	}
 	opts.Detail = s.detail
-	if len(s.sinks) > 0 {
-		opts.OnCycle = func(c *agent.CycleTrace) {
-			for _, sk := range s.sinks {
-				sk.cycle(c)
-			}
+	// Cycle timelines are built even without a sink that takes them: the
+	// report's comparison of tensor-parallel ranks is made from them.
+	opts.OnCycle = func(c *agent.CycleTrace) {
+		for _, sk := range s.sinks {
+			sk.cycle(c)
 		}
+	}
+	if len(s.sinks) > 0 {
 		opts.OnSample = func(c *agent.CPUSample) {
 			for _, sk := range s.sinks {
 				sk.sample(c)
