@@ -131,6 +131,7 @@ func TestCUPTIDuty(t *testing.T) {
 	t.Logf("%d cycles traced, %d outside the windows; duty %+v", traced, untraced, *p.Duty)
 }
 
+// unionNs is the length of the union of the intervals xs.
 func unionNs(xs [][2]uint64) int64 {
 	if len(xs) == 0 {
 		return 0

@@ -277,20 +277,6 @@ func checkGPUBusy(t *testing.T, truthPath string, rep *agent.Report, wantOverlap
 			iv[k] = append(iv[k], [2]uint64{r.Start, r.End})
 		}
 	}
-	union := func(xs [][2]uint64) int64 {
-		sort.Slice(xs, func(i, j int) bool { return xs[i][0] < xs[j][0] })
-		var tot int64
-		var cs, ce uint64
-		for i, x := range xs {
-			if i == 0 || x[0] > ce {
-				tot += int64(ce - cs)
-				cs, ce = x[0], x[1]
-			} else if x[1] > ce {
-				ce = x[1]
-			}
-		}
-		return tot + int64(ce-cs)
-	}
 	got := map[key][2]int64{}
 	for _, p := range rep.Processes {
 		for _, th := range p.Threads {
@@ -311,7 +297,7 @@ func checkGPUBusy(t *testing.T, truthPath string, rep *agent.Report, wantOverlap
 		for _, x := range xs {
 			sum += int64(x[1] - x[0])
 		}
-		want := union(xs)
+		want := unionNs(xs)
 		if k.tag == "spec.verify" && sum > want {
 			overlapped = true // --side-stream: two streams at once
 		}
