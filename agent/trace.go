@@ -1,6 +1,10 @@
 package agent
 
-import "github.com/specprof/specprof/agent/gpuinfo"
+import (
+	"strconv"
+
+	"github.com/specprof/specprof/agent/gpuinfo"
+)
 
 // The per-cycle timeline handed to exporters (Options.OnCycle): what one
 // closed cycle of one thread looked like, CPU and GPU, on CLOCK_MONOTONIC.
@@ -133,29 +137,7 @@ func (f Frame) String() string {
 	if f.IsZero() {
 		return ""
 	}
-	return f.Func + " (" + f.File + ":" + itoa(f.Line) + ")"
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	neg := n < 0
-	if neg {
-		n = -n
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
+	return f.Func + " (" + f.File + ":" + strconv.Itoa(f.Line) + ")"
 }
 
 // CPUSample is one CPU sample of a traced thread (the perf-event sampler),

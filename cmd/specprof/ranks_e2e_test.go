@@ -97,7 +97,9 @@ func TestTensorParallelRanks(t *testing.T) {
 	if r0.Rank != 0 || r1.Rank != 1 || r0.Cycles != cycles || r1.Collectives != r0.Collectives || r0.Collectives < cycles {
 		t.Fatalf("ranks %+v %+v", r0, r1)
 	}
-	if r1.LastArrivals < r1.Collectives*95/100 {
+	// The ranks start up to 10 ms apart (the start file is polled): the
+	// collectives of the first two cycles (4 each) may find rank 0 later.
+	if r1.LastArrivals < r1.Collectives-8 {
 		t.Errorf("the late rank arrived last at %d of %d collectives", r1.LastArrivals, r1.Collectives)
 	}
 	// The stand-in NCCL, like NCCL, holds every rank's kernel until the last

@@ -150,7 +150,7 @@ static void rdv_cleanup(void) {
     for (int i = 0; i < rdv_nnames; i++) shm_unlink(rdv_names[i]);
 }
 
-static struct rdv *rdv_open(const ncclUniqueId *id, int create_owner) {
+static struct rdv *rdv_open(const ncclUniqueId *id) {
     uint64_t k[2];
     memcpy(k, id->internal, sizeof k);
     char name[64];
@@ -163,7 +163,6 @@ static struct rdv *rdv_open(const ncclUniqueId *id, int create_owner) {
     }
     void *m = mmap(NULL, sizeof(struct rdv), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    (void)create_owner;
     pthread_mutex_lock(&mu);
     if (rdv_nnames < 8) {
         if (rdv_nnames == 0) atexit(rdv_cleanup);
@@ -270,7 +269,7 @@ static ncclResult_t comm_new(ncclComm_t *out, int nranks, int rank, int device, 
     c->nranks = nranks;
     c->rank = rank;
     c->device = device;
-    if (id && nranks > 1 && nranks <= RDV_RANKS) c->rdv = rdv_open(id, rank == 0);
+    if (id && nranks > 1 && nranks <= RDV_RANKS) c->rdv = rdv_open(id);
     pthread_mutex_lock(&mu);
     int rc = comm_add(c);
     pthread_mutex_unlock(&mu);
