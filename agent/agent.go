@@ -471,6 +471,9 @@ func (a *Agent) Finish() {
 		p.closeCycles(a)
 	}
 	a.flushJoiner()
+	if a.tracing() {
+		a.flushRanks()
+	}
 }
 
 func (a *Agent) phaseOrder(id uint16, m *phase.Matcher) int {

@@ -273,8 +273,7 @@ func (a *Agent) finishTrace(p *process, t *thread, cc *closedCycle, m *phase.Mat
 		tr.Phases = append(tr.Phases, pt)
 	}
 	sort.SliceStable(tr.Phases, func(i, j int) bool { return tr.Phases[i].Start < tr.Phases[j].Start })
-	a.noteRankCycle(p, tr)
-	a.opts.OnCycle(tr)
+	a.deliverCycle(tr)
 }
 
 // launchAt is the launch whose driver call began at apiStart: the last one

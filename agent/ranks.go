@@ -1,6 +1,9 @@
 package agent
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // Tensor-parallel ranks traced by one session: which rank arrives last at
 // each collective (the straggler the others wait for). Cycles of the ranks
@@ -9,6 +12,13 @@ import "sort"
 // arrives when its collective kernel starts on its GPU (NCCL's ranks meet
 // there: the host calls do not wait for each other); when the kernel is
 // not known, when it made the call.
+//
+// A cycle with collectives over two or more ranks is held until every rank
+// has closed the same cycle, then annotated (CycleTrace.TP,
+// Collective.Arrival) and handed on, all ranks' together: exporters can put
+// one cycle of every rank in one view. A cycle another rank never reaches
+// is handed on unannotated once its rank is maxHeldCycles ahead, or when
+// the session ends.
 
 // RankStats is one rank's part in the collectives compared across ranks.
 type RankStats struct {
@@ -21,27 +31,67 @@ type RankStats struct {
 	// WaitImposedNs sums, over those, how much later it arrived than the
 	// first rank: under NCCL, how long the first rank's kernel waited.
 	WaitImposedNs int64 `json:"wait_imposed_ns"`
+	// StragglerCycles counts the cycles in which this rank was the
+	// straggler (CycleTP.Straggler).
+	StragglerCycles int `json:"straggler_cycles"`
+	// Uncompared counts this rank's cycles with collectives that no other
+	// rank matched (handed on without a comparison).
+	Uncompared int `json:"cycles_uncompared,omitempty"`
 }
 
-// rankTrack holds one rank's recent cycles' collective arrivals.
+// CycleTP compares one cycle across the tensor-parallel ranks: the same
+// cycle number on every rank, collectives matched by order.
+type CycleTP struct {
+	Ranks       int `json:"ranks"`       // ranks compared
+	Collectives int `json:"collectives"` // collectives compared
+	// Straggler is the rank that arrived last at most of the cycle's
+	// collectives (a tie goes to the one that was later in total).
+	Straggler int `json:"straggler"`
+	// SpreadNs sums, over the collectives, last minus first arrival: how
+	// long the earliest rank waited in this cycle.
+	SpreadNs int64 `json:"spread_ns"`
+	// WaitNs sums, over the collectives, how long this rank waited for the
+	// last one to arrive (0 for a rank that was last at every collective).
+	WaitNs int64 `json:"wait_ns"`
+}
+
+// Arrival compares one collective's arrival across the ranks.
+type Arrival struct {
+	LastRank int   `json:"last_rank"` // the rank that arrived last
+	WaitNs   int64 `json:"wait_ns"`   // how long after this rank the last one arrived
+	SpreadNs int64 `json:"spread_ns"` // last minus first arrival
+}
+
+// heldCycle is a rank's cycle waiting for the other ranks' same cycle.
+type heldCycle struct {
+	tr  *CycleTrace
+	arr []uint64 // collective arrivals in order
+	col []*Collective
+}
+
+// rankTrack holds one rank's cycles not yet compared.
 type rankTrack struct {
-	stats  RankStats
-	tid    int              // the thread whose cycles are compared (the first to close one)
-	cycles map[int][]uint64 // cycle → arrivals in order
-	newest int
+	stats   RankStats
+	tid     int // the thread whose cycles are compared (the first to close one)
+	pending map[int]*heldCycle
+	newest  int
 }
 
-// maxRankCycles bounds how far one rank may run ahead of another before its
-// cycles are dropped uncompared.
-const maxRankCycles = 256
+// maxHeldCycles bounds how far one rank may run ahead of another before its
+// cycles are handed on uncompared (and the memory held for them).
+const maxHeldCycles = 64
 
-// noteRankCycle records a drained cycle's collective arrivals and compares
-// the cycles that every rank has reached.
-func (a *Agent) noteRankCycle(p *process, tr *CycleTrace) {
-	if tr.Rank < 0 {
-		return
+// deliverCycle hands a finished cycle to Options.OnCycle, through the
+// cross-rank comparison.
+func (a *Agent) deliverCycle(tr *CycleTrace) {
+	for _, t := range a.rankCycle(tr) {
+		a.opts.OnCycle(t)
 	}
-	var arr []uint64
+}
+
+// arrivals lists the cycle's collectives in order with their arrival times,
+// and the largest communicator among them.
+func arrivals(tr *CycleTrace) (arr []uint64, cols []*Collective, ranks int) {
 	for _, ph := range tr.Phases {
 		for i := range ph.Collectives {
 			c := &ph.Collectives[i]
@@ -50,62 +100,151 @@ func (a *Agent) noteRankCycle(p *process, tr *CycleTrace) {
 				t = c.GPUStart
 			}
 			arr = append(arr, t)
+			cols = append(cols, c)
+			ranks = max(ranks, c.Ranks)
 		}
 	}
-	if len(arr) == 0 {
-		return
+	return arr, cols, ranks
+}
+
+// rankCycle records a drained cycle and returns the cycles to hand on now,
+// in order: tr itself when it is not compared across ranks, else every
+// rank's cycle once all have it, and cycles given up on.
+func (a *Agent) rankCycle(tr *CycleTrace) []*CycleTrace {
+	if tr.Rank < 0 {
+		return []*CycleTrace{tr}
+	}
+	arr, cols, want := arrivals(tr)
+	if len(arr) == 0 || want < 2 {
+		return []*CycleTrace{tr}
 	}
 	if a.ranks == nil {
 		a.ranks = map[int]*rankTrack{}
 	}
+	var out []*CycleTrace
 	rt := a.ranks[tr.Rank]
 	if rt == nil || rt.stats.PID != tr.PID {
-		rt = &rankTrack{stats: RankStats{Rank: tr.Rank, PID: tr.PID}, tid: tr.TID, cycles: map[int][]uint64{}}
+		if rt != nil { // the rank restarted: what its old process left is final
+			out = rt.release(out, func(int) bool { return true })
+		}
+		rt = &rankTrack{stats: RankStats{Rank: tr.Rank, PID: tr.PID}, tid: tr.TID, pending: map[int]*heldCycle{}}
 		a.ranks[tr.Rank] = rt
 	}
 	if tr.TID != rt.tid {
-		return
+		return append(out, tr)
 	}
-	rt.cycles[tr.Cycle] = arr
+	rt.pending[tr.Cycle] = &heldCycle{tr: tr, arr: arr, col: cols}
 	rt.newest = max(rt.newest, tr.Cycle)
-	for c := range rt.cycles {
-		if c <= rt.newest-maxRankCycles {
-			delete(rt.cycles, c)
+	for _, o := range a.rankTracks() {
+		out = o.release(out, func(c int) bool { return c <= o.newest-maxHeldCycles })
+	}
+	if len(a.ranks) < want {
+		return out
+	}
+	tracks := a.rankTracks()
+	held := make([]*heldCycle, 0, len(tracks))
+	for _, o := range tracks {
+		h := o.pending[tr.Cycle]
+		if h == nil {
+			return out // a rank has not reached this cycle yet
 		}
+		held = append(held, h)
 	}
-	if len(a.ranks) < 2 {
-		return
+	compareCycle(tracks, held)
+	for i, o := range tracks {
+		// Earlier cycles of this rank that the others skipped stay uncompared.
+		out = o.release(out, func(c int) bool { return c < tr.Cycle })
+		delete(o.pending, tr.Cycle)
+		out = append(out, held[i].tr)
 	}
-	all := make([][]uint64, 0, len(a.ranks))
-	tracks := make([]*rankTrack, 0, len(a.ranks))
-	for _, o := range a.ranks {
-		x, ok := o.cycles[tr.Cycle]
-		if !ok {
-			return // a rank has not reached this cycle yet
-		}
-		all = append(all, x)
-		tracks = append(tracks, o)
+	return out
+}
+
+// compareCycle annotates one cycle of every rank (tracks and held in the
+// same order) and adds it to the ranks' statistics.
+func compareCycle(tracks []*rankTrack, held []*heldCycle) {
+	n := len(held[0].arr)
+	for _, h := range held[1:] {
+		n = min(n, len(h.arr))
 	}
-	n := len(all[0])
-	for _, x := range all[1:] {
-		n = min(n, len(x))
-	}
+	lastN := make([]int, len(held))
+	lateNs := make([]int64, len(held))
+	waits := make([]int64, len(held))
+	var spread int64
 	for i := 0; i < n; i++ {
-		first, last, li := all[0][i], all[0][i], 0
-		for k := 1; k < len(all); k++ {
-			t := all[k][i]
+		first, last, li := held[0].arr[i], held[0].arr[i], 0
+		for k := 1; k < len(held); k++ {
+			t := held[k].arr[i]
 			first = min(first, t)
 			if t > last {
 				last, li = t, k
 			}
 		}
+		d := int64(last - first)
+		spread += d
+		lastN[li]++
+		lateNs[li] += d
 		tracks[li].stats.LastArrivals++
-		tracks[li].stats.WaitImposedNs += int64(last - first)
+		tracks[li].stats.WaitImposedNs += d
+		for k, h := range held {
+			w := int64(last - h.arr[i])
+			waits[k] += w
+			h.col[i].Arrival = &Arrival{LastRank: tracks[li].stats.Rank, WaitNs: w, SpreadNs: d}
+		}
 	}
-	for _, o := range tracks {
+	s := 0
+	for k := 1; k < len(held); k++ {
+		if lastN[k] > lastN[s] || (lastN[k] == lastN[s] && lateNs[k] > lateNs[s]) {
+			s = k
+		}
+	}
+	tracks[s].stats.StragglerCycles++
+	for k, o := range tracks {
 		o.stats.Cycles++
 		o.stats.Collectives += int64(n)
-		delete(o.cycles, tr.Cycle)
+		held[k].tr.TP = &CycleTP{Ranks: len(held), Collectives: n, Straggler: tracks[s].stats.Rank,
+			SpreadNs: spread, WaitNs: waits[k]}
+	}
+}
+
+// release appends the held cycles that drop says to give up on, in cycle
+// order, counting them uncompared.
+func (rt *rankTrack) release(out []*CycleTrace, drop func(cycle int) bool) []*CycleTrace {
+	var cs []int
+	for c := range rt.pending {
+		if drop(c) {
+			cs = append(cs, c)
+		}
+	}
+	slices.Sort(cs)
+	for _, c := range cs {
+		out = append(out, rt.pending[c].tr)
+		delete(rt.pending, c)
+		rt.stats.Uncompared++
+	}
+	return out
+}
+
+// rankTracks lists the tracked ranks by rank.
+func (a *Agent) rankTracks() []*rankTrack {
+	out := make([]*rankTrack, 0, len(a.ranks))
+	for _, rt := range a.ranks {
+		out = append(out, rt)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].stats.Rank < out[j].stats.Rank })
+	return out
+}
+
+// flushRanks hands on every cycle still held (at the end of a session), by
+// cycle then rank.
+func (a *Agent) flushRanks() {
+	var held []*CycleTrace
+	for _, rt := range a.rankTracks() {
+		held = rt.release(held, func(int) bool { return true })
+	}
+	sort.SliceStable(held, func(i, j int) bool { return held[i].Cycle < held[j].Cycle })
+	for _, t := range held {
+		a.opts.OnCycle(t)
 	}
 }
 
@@ -115,10 +254,9 @@ func (a *Agent) rankReport() []*RankStats {
 		return nil
 	}
 	out := make([]*RankStats, 0, len(a.ranks))
-	for _, rt := range a.ranks {
+	for _, rt := range a.rankTracks() {
 		s := rt.stats
 		out = append(out, &s)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Rank < out[j].Rank })
 	return out
 }

@@ -1,28 +1,71 @@
 package agent
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // TestRanks: collectives of two ranks are compared by cycle and order; the
 // rank whose kernel starts last is the straggler, by how much it is late;
-// cycles one rank never reaches are not compared; a single rank gives no
+// a cycle is held until every rank has it, then both ranks' are handed on
+// together, annotated; cycles one rank never reaches are handed on
+// uncompared; a single rank, or collectives over one rank, give no
 // comparison.
 func TestRanks(t *testing.T) {
-	a := &Agent{}
+	var got []*CycleTrace
+	a := &Agent{opts: Options{OnCycle: func(c *CycleTrace) { got = append(got, c) }}}
 	cyc := func(rank, pid, no int, starts ...uint64) *CycleTrace {
 		ph := &PhaseTrace{Phase: "spec.verify"}
 		for _, s := range starts {
-			ph.Collectives = append(ph.Collectives, Collective{Op: "AllReduce", API: "ncclAllReduce", Time: s - 50, GPUStart: s, GPUEnd: s + 10})
+			ph.Collectives = append(ph.Collectives, Collective{Op: "AllReduce", API: "ncclAllReduce", Time: s - 50,
+				GPUStart: s, GPUEnd: s + 10, Ranks: 2})
 		}
 		return &CycleTrace{PID: pid, TID: pid, Rank: rank, Cycle: no, Phases: []*PhaseTrace{ph}}
 	}
-	a.noteRankCycle(nil, cyc(0, 100, 1, 1000, 2000))
+	emitted := func(want ...string) {
+		t.Helper()
+		var s []string
+		for _, c := range got {
+			s = append(s, fmt.Sprintf("%d/%d", c.Rank, c.Cycle))
+		}
+		if len(s) != len(want) {
+			t.Fatalf("handed on %v, want %v", s, want)
+		}
+		for i := range s {
+			if s[i] != want[i] {
+				t.Fatalf("handed on %v, want %v", s, want)
+			}
+		}
+		got = nil
+	}
+	// Not compared: no rank, one rank in the communicator.
+	a.deliverCycle(&CycleTrace{Rank: -1, Cycle: 1})
+	single := cyc(0, 100, 1, 10)
+	single.Phases[0].Collectives[0].Ranks = 1
+	a.deliverCycle(single)
+	emitted("-1/1", "0/1")
+
+	a.deliverCycle(cyc(0, 100, 1, 1000, 2000))
+	emitted() // held for rank 1
 	if r := a.rankReport(); r != nil {
 		t.Fatalf("one rank compared: %+v", r)
 	}
-	a.noteRankCycle(nil, cyc(1, 200, 1, 1300, 1900)) // late at the first, early at the second
-	a.noteRankCycle(nil, cyc(1, 200, 2, 3500))       // cycle 2 of rank 1 waits for rank 0
-	a.noteRankCycle(nil, cyc(0, 100, 2, 3000))
-	a.noteRankCycle(nil, cyc(0, 100, 3, 5000)) // never reached by rank 1
+	a.deliverCycle(cyc(1, 200, 1, 1300, 1900)) // late at the first, early at the second
+	emitted("0/1", "1/1")
+	a.deliverCycle(cyc(1, 200, 2, 3500)) // cycle 2 of rank 1 waits for rank 0
+	emitted()
+	a.deliverCycle(cyc(0, 100, 2, 3000))
+	c0, c1 := got[0], got[1]
+	emitted("0/2", "1/2")
+	if c0.TP == nil || c1.TP == nil || c0.TP.Straggler != 1 || c0.TP.SpreadNs != 500 || c0.TP.WaitNs != 500 ||
+		c1.TP.WaitNs != 0 || c1.TP.Collectives != 1 || c1.TP.Ranks != 2 {
+		t.Errorf("cycle 2 compared: rank 0 %+v, rank 1 %+v", c0.TP, c1.TP)
+	}
+	if ar := c0.Phases[0].Collectives[0].Arrival; ar == nil || ar.LastRank != 1 || ar.WaitNs != 500 || ar.SpreadNs != 500 {
+		t.Errorf("rank 0 arrival %+v", ar)
+	}
+	a.deliverCycle(cyc(0, 100, 3, 5000)) // never reached by rank 1
+	emitted()
 	r := a.rankReport()
 	if len(r) != 2 {
 		t.Fatalf("ranks %+v", r)
@@ -37,10 +80,32 @@ func TestRanks(t *testing.T) {
 	if r0.LastArrivals != 1 || r0.WaitImposedNs != 100 || r1.LastArrivals != 2 || r1.WaitImposedNs != 800 {
 		t.Errorf("stragglers: rank 0 %+v, rank 1 %+v", r0, r1)
 	}
-	// A thread of a rank other than the one compared is ignored; a rank
-	// with a new pid (restarted) starts over.
-	a.noteRankCycle(nil, &CycleTrace{PID: 100, TID: 101, Rank: 0, Cycle: 9, Phases: cyc(0, 100, 9, 1).Phases})
-	if got := a.rankReport()[0].Cycles; got != 2 {
-		t.Errorf("other thread counted: %d cycles", got)
+	// Cycle 1: one last arrival each, rank 1 later in total (300 vs 100).
+	if r0.StragglerCycles != 0 || r1.StragglerCycles != 2 {
+		t.Errorf("straggler cycles: rank 0 %d, rank 1 %d", r0.StragglerCycles, r1.StragglerCycles)
+	}
+	// A thread of a rank other than the one compared is handed on at once.
+	a.deliverCycle(&CycleTrace{PID: 100, TID: 101, Rank: 0, Cycle: 9, Phases: cyc(0, 100, 9, 1).Phases})
+	emitted("0/9")
+	// Rank 1 skips cycle 4: rank 0's cycle 3 goes on uncompared before
+	// cycle 4 of both.
+	a.deliverCycle(cyc(1, 200, 4, 7100))
+	a.deliverCycle(cyc(0, 100, 4, 7000))
+	emitted("0/3", "0/4", "1/4")
+	if r := a.rankReport(); r[0].Uncompared != 1 || r[0].Cycles != 3 {
+		t.Errorf("after a skipped cycle: %+v", r[0])
+	}
+	// Held cycles go on at the end of the session; a rank running far
+	// ahead gives up on its oldest.
+	for i := 5; i < 5+maxHeldCycles+1; i++ {
+		a.deliverCycle(cyc(0, 100, i, uint64(i*1000)))
+	}
+	if len(got) != 1 || got[0].Cycle != 5 || got[0].TP != nil {
+		t.Fatalf("a rank %d cycles ahead: handed on %d", maxHeldCycles, len(got))
+	}
+	got = nil
+	a.flushRanks()
+	if len(got) != maxHeldCycles || got[0].Cycle != 6 {
+		t.Fatalf("flush handed on %d", len(got))
 	}
 }

@@ -26,6 +26,9 @@ type CycleTrace struct {
 	Devices []gpuinfo.Device `json:"devices,omitempty"`
 	// Phases in the order of their first call.
 	Phases []*PhaseTrace `json:"phases"`
+	// TP compares the cycle with the same cycle of the other
+	// tensor-parallel ranks (ranks.go); nil when not compared.
+	TP *CycleTP `json:"tp,omitempty"`
 }
 
 // PhaseTrace is one phase inside one cycle.
@@ -94,6 +97,9 @@ type Collective struct {
 	Ranks     int     `json:"ranks,omitempty"`
 	AlgBWGBps float64 `json:"algbw_gbps,omitempty"`
 	BusBWGBps float64 `json:"busbw_gbps,omitempty"`
+	// Arrival compares the collective across the tensor-parallel ranks,
+	// nil when not compared.
+	Arrival *Arrival `json:"arrival,omitempty"`
 }
 
 // GPUNs is the collective's GPU duration, 0 when its kernel is unknown.

@@ -19,6 +19,16 @@ itself sglang::scheduler_TP0 like an SGLang scheduler. The models (bench/gpu/spe
 tokens per cycle with 4 draft steps). --timing picks how the loop times its own phases (the
 compared methods: none, v3, v4, cuda-events, torch-profiler; see benchphase.py). It writes one
 JSON result (--result): tok/s, accept length, tokens and their hash, cycle time, per-phase times.
+
+--worker sglang --tp-size N: tensor parallelism over N GPUs, one process per GPU as SGLang runs it
+(titles sglang::scheduler_TP0 .. TP{N-1}; torch.distributed with NCCL). The command started is a
+launcher: it starts the ranks (this script with --tp-rank R, GPU R), waits for them and writes one
+result with every rank's (their tokens must be equal). Each rank shards the draft and the target
+(speclm.shard_tp: an all-reduce per block). --nccl-perf adds an all_reduce_perf-style measurement
+after the loop, with torch.distributed in the same processes: back-to-back all-reduces of the
+loop's message sizes (and a sweep up to 256 MiB), timed with CUDA events, with NCCL's algbw/busbw.
+NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+NVSHMEM_DISABLE_NVLS=1), as the shared H200 hosts require.
 """
 
 import argparse
@@ -33,7 +43,14 @@ def _early_proctitle(argv):
     """--worker sglang: take SGLang's scheduler title before torch (and libcuda) load."""
     worker = None
     title = "sglang::scheduler_TP0"
+    tp_size, tp_rank = 1, None
     for i, arg in enumerate(argv):
+        if arg.startswith("--tp-size") or arg.startswith("--tp-rank"):
+            val = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            if arg.startswith("--tp-size"):
+                tp_size = int(val) if val.isdigit() else 1
+            else:
+                tp_rank = val
         if arg == "--worker" and i + 1 < len(argv):
             worker = argv[i + 1]
         elif arg.startswith("--worker="):
@@ -42,6 +59,8 @@ def _early_proctitle(argv):
             title = argv[i + 1]
         elif arg.startswith("--proctitle="):
             title = arg.split("=", 1)[1]
+    if tp_size > 1 and tp_rank is None:
+        return  # the tensor-parallel launcher: its ranks take the titles
     if worker == "sglang" and title and "--help" not in argv and "-h" not in argv:
         set_proctitle(title)
 
@@ -225,7 +244,14 @@ def main():
                    help="process title (set before torch loads; '' keeps the command line)")
     g.add_argument("--trace-dir", default="", help="torch-profiler: where the Chrome trace goes (default: a temp dir)")
     g.add_argument("--keep-trace", action="store_true", help="torch-profiler: keep the Chrome trace")
+    g.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks (one GPU each)")
+    g.add_argument("--tp-rank", type=int, default=None, help=argparse.SUPPRESS)
+    g.add_argument("--master-port", type=int, default=29517, help="torch.distributed rendezvous port")
+    g.add_argument("--nccl-perf", action="store_true",
+                   help="with --tp-size: time back-to-back all-reduces after the loop (all_reduce_perf-style)")
     args = ap.parse_args()
+    if args.worker == "sglang" and args.tp_size > 1 and args.tp_rank is None:
+        return launch_tp(args)
     if args.worker == "sglang":
         return run_sglang(args)
     global CUDA_EVENTS
@@ -304,11 +330,20 @@ def run_sglang(args):
     if args.windows:
         notes.append("--windows is ignored with --worker sglang")
     workload = "eagle-" + ("graph" if args.graphs == "on" else "eager")
+    tp, rank = args.tp_size, args.tp_rank or 0
+    if tp > 1:
+        workload += "-tp%d" % tp
     res = {"workload": workload, "ok": False, "timing": timing, "graphs": args.graphs,
-           "steps": args.steps, "pid": os.getpid(), "notes": notes}
+           "steps": args.steps, "pid": os.getpid(), "notes": notes, "tp_size": tp, "tp_rank": rank}
     t_start = time.monotonic()
     torch.manual_seed(args.seed)
     dev = "cuda"
+    if tp > 1:
+        import torch.distributed as dist
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", rank=rank, world_size=tp, device_id=torch.device("cuda", rank))
+        dist.all_reduce(torch.zeros(1, device=dev))  # the communicator, before any capture
+        torch.cuda.synchronize()
     # Built outside inference mode (ordinary parameters, set in place under no_grad), run inside.
     draft, target, noise = speclm.build_pair(
         args.vocab, args.hidden, args.ffn, args.draft_blocks, args.target_extra_blocks,
@@ -332,6 +367,14 @@ def run_sglang(args):
             agree = speclm.agreement(draft, target, args.vocab, args.max_pos, device=dev)
         res.update(noise_scale=scale, agreement=agree, draft_params=n_draft, target_params=n_target)
         _log("noise scale %.6g, draft/target agreement %.3f" % (scale, agree))
+        if tp > 1 and not args.calibrate_only:
+            # Calibrated on the whole models (no collectives, the same on every rank), then sharded.
+            speclm.shard_tp(draft, rank, tp)
+            speclm.shard_tp(target, rank, tp)
+            res["agreement_tp"] = speclm.agreement(draft, target, args.vocab, args.max_pos, device=dev)
+            res["allreduce_bytes"] = {"draft_step": args.hidden * 2, "verify": (args.steps + 1) * args.hidden * 2,
+                                      "draft_extend": (args.steps + 1) * args.hidden * 2}
+            _log("rank %d of %d: sharded, agreement %.3f" % (rank, tp, res["agreement_tp"]))
         if args.calibrate_only:
             res["ok"] = True
             res["setup_s"] = time.monotonic() - t_start
@@ -379,6 +422,11 @@ def run_sglang(args):
             res["profiler_post_s"] = time.monotonic() - t1
     toks = w.output_ids[n0:]
     cycles = len(w.accept_lengths) - c0
+    if tp > 1:
+        if args.nccl_perf:
+            sizes = sorted(set(res["allreduce_bytes"].values())) + [1 << 16, 1 << 19, 1 << 22, 1 << 25, 1 << 28]
+            res["nccl_perf"] = nccl_perf(sizes, tp)
+        torch.distributed.destroy_process_group()
     res.update(
         ok=True, cycles=cycles, tokens=len(toks), token_hash=benchphase.token_hash(toks),
         loop_s=dt, tok_s=len(toks) / dt, cycle_ms=dt / cycles * 1e3 if cycles else None,
@@ -388,14 +436,95 @@ def run_sglang(args):
                   "device": torch.cuda.get_device_name(), "python": sys.version.split()[0]},
     )
     # SGLang's decode log line (specprof run parses accept len and throughput from it).
-    print("[%s TP0] Decode batch, #running-req: 1, #token: %d, token usage: 0.00, accept len: %.2f, "
+    print("[%s TP%d] Decode batch, #running-req: 1, #token: %d, token usage: 0.00, accept len: %.2f, "
           "accept rate: %.2f, cuda graph: %s, gen throughput (token/s): %.2f, #queue-req: 0, "
-          % (time.strftime("%Y-%m-%d %H:%M:%S"), len(w.output_ids), res["accept_len"] or 0.0,
+          % (time.strftime("%Y-%m-%d %H:%M:%S"), rank, len(w.output_ids), res["accept_len"] or 0.0,
              ((res["accept_len"] or 1.0) - 1.0) / args.steps, args.graphs == "on", res["tok_s"]),
           flush=True)
     _log("%d cycles, %d tokens, %.1f tok/s, accept length %.3f, cycle %.3f ms"
          % (cycles, len(toks), res["tok_s"], res["accept_len"] or 0.0, res["cycle_ms"] or 0.0))
     benchphase.write_result(args.result, res)
+
+
+def nccl_perf(sizes, world):
+    """all_reduce_perf-style: per size, back-to-back in-place bf16 sum all-reduces on the
+    default process group, timed with CUDA events on the current stream (after warm-up and a
+    barrier); algbw = bytes / time, busbw = algbw x 2(n-1)/n (NCCL's PERFORMANCE.md)."""
+    import torch.distributed as dist
+    out = []
+    for nbytes in sizes:
+        iters = 200 if nbytes <= (1 << 22) else 40
+        x = torch.zeros(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+        for _ in range(10):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        dist.barrier()
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(iters):
+            dist.all_reduce(x)
+        e1.record()
+        torch.cuda.synchronize()
+        us = e0.elapsed_time(e1) * 1e3 / iters
+        alg = nbytes / (us * 1e-6) / 1e9
+        out.append({"bytes": nbytes, "iters": iters, "time_us": us, "algbw_gbps": alg,
+                    "busbw_gbps": alg * 2 * (world - 1) / world})
+    return out
+
+
+def launch_tp(args):
+    """Starts the --tp-size ranks (this script with --tp-rank R) as SGLang's launcher does, waits,
+    and writes one result holding every rank's."""
+    import socket
+    import subprocess
+    import tempfile
+    n = args.tp_size
+    port = args.master_port
+    if port == 0:
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n),
+               NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    tmp = tempfile.mkdtemp(prefix="spec_loop_tp")
+    procs, paths = [], []
+    for r in range(n):
+        path = os.path.join(tmp, "rank%d.json" % r)
+        paths.append(path)
+        cmd = [sys.executable, os.path.abspath(__file__)] + sys.argv[1:] + [
+            "--tp-rank", str(r), "--proctitle", "sglang::scheduler_TP%d" % r, "--result", path]
+        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                                      stdout=subprocess.DEVNULL if r else None))
+    rcs = [None] * n
+    while any(rc is None for rc in rcs):
+        for i, p in enumerate(procs):
+            if rcs[i] is None:
+                rcs[i] = p.poll()
+                if rcs[i] not in (None, 0):  # one rank failed: the others would wait forever
+                    for q in procs:
+                        if q.poll() is None:
+                            q.kill()
+        time.sleep(0.05)
+    ranks = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                ranks.append(json.load(f))
+        except (OSError, ValueError) as e:
+            ranks.append({"ok": False, "error": "no result: %s" % e})
+    res = dict(ranks[0]) if ranks[0].get("ok") else {"ok": False}
+    hashes = {r.get("token_hash") for r in ranks}
+    res.update(ok=all(r.get("ok") for r in ranks) and all(rc == 0 for rc in rcs) and len(hashes) == 1,
+               rank_rc=rcs, tokens_equal_across_ranks=len(hashes) == 1,
+               ranks=[{k: r.get(k) for k in ("tp_rank", "pid", "ok", "tok_s", "cycle_ms", "token_hash",
+                                             "agreement_tp", "loop_mono_ns", "nccl_perf", "error")}
+                      for r in ranks])
+    res.pop("nccl_perf", None)
+    import benchphase
+    benchphase.write_result(args.result, res)
+    if not res["ok"]:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

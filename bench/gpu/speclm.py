@@ -10,6 +10,12 @@ K draft steps accepts 1 + p + ... + p^K tokens on average (p = 0.7, K = 4: about
 
 Default sizes (spec_loop.py): vocab 32000, hidden 4096, ffn 11008; draft 1 block (~0.4 B
 parameters with embeddings and head), target 8 blocks (~1.0 B).
+
+Tensor parallelism (shard_tp, spec_loop.py --tp-size N): every rank builds the same full models
+from the seed, then keeps its slice of each block, Megatron-style as SGLang shards a Llama MLP:
+`up` column-parallel (ffn/N output rows), `down` row-parallel (ffn/N input columns), and the
+partial sums of `down` all-reduced across the ranks (torch.distributed, NCCL) once per block.
+Embeddings, norms and the LM head stay replicated, so every rank computes the same greedy tokens.
 """
 
 import torch
@@ -21,9 +27,13 @@ class Block(torch.nn.Module):
         super().__init__()
         self.up = torch.nn.Linear(hidden, ffn, bias=False, device=device, dtype=dtype)
         self.down = torch.nn.Linear(ffn, hidden, bias=False, device=device, dtype=dtype)
+        self.tp_group = None  # set by shard_tp: all-reduce the down projection's partial sums
 
     def forward(self, h):
-        return h + self.down(F.gelu(self.up(F.layer_norm(h, (h.shape[-1],)))))
+        out = self.down(F.gelu(self.up(F.layer_norm(h, (h.shape[-1],)))))
+        if self.tp_group is not None:
+            torch.distributed.all_reduce(out, group=self.tp_group)
+        return h + out
 
 
 class TokenLM(torch.nn.Module):
@@ -73,6 +83,27 @@ def build_pair(vocab, hidden, ffn, draft_blocks, extra_blocks, max_pos, seed, de
     draft.eval().requires_grad_(False)
     target.eval().requires_grad_(False)
     return draft, target, noise
+
+
+def shard_tp(model, rank, world, group=None):
+    """Keeps rank's slice of every block of model (see the module docstring); group None is the
+    default process group. The noise tensors of build_pair stay full-size: call set_scale before
+    sharding."""
+    if world <= 1:
+        return model
+    with torch.no_grad():
+        for b in model.blocks:
+            ffn = b.up.weight.shape[0]
+            if ffn % world:
+                raise ValueError("shard_tp: ffn %d does not divide into %d ranks" % (ffn, world))
+            n = ffn // world
+            lo, hi = rank * n, (rank + 1) * n
+            b.up.weight = torch.nn.Parameter(b.up.weight[lo:hi].contiguous(), requires_grad=False)
+            b.down.weight = torch.nn.Parameter(b.down.weight[:, lo:hi].contiguous(), requires_grad=False)
+            b.up.out_features = n
+            b.down.in_features = n
+            b.tp_group = group if group is not None else torch.distributed.group.WORLD
+    return model
 
 
 def set_scale(noise, scale):

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/export/perfetto"
 	"github.com/specprof/specprof/internal/testenv"
 )
 
@@ -22,7 +23,9 @@ import (
 // two ranks and bus bandwidth; the straggler is named, at (nearly) every
 // collective, with the other rank waiting for it (the stand-in libnccl
 // stretches the early rank's kernel until the late one's starts, as NCCL's
-// kernels wait for their peers).
+// kernels wait for their peers). Every cycle names its straggler; a real
+// Jaeger shows each cycle of both ranks in one trace; the Perfetto timeline
+// holds both ranks' processes with the arrival figures.
 func TestTensorParallelRanks(t *testing.T) {
 	testenv.RequireRoot(t)
 	if testing.Short() {
@@ -38,7 +41,10 @@ func TestTensorParallelRanks(t *testing.T) {
 	start := filepath.Join(dir, "start")
 	const cycles = 20
 	const straggleUs = 400
-	cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib, "--cycles-jsonl", "--",
+	j := newJaeger(t)
+	since := time.Now()
+	cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib, "--cycles-jsonl",
+		"--otlp-endpoint", "127.0.0.1:"+itoa(j.otlpGRPC), "--otlp-insecure", "--",
 		"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", fmt.Sprint(cycles), "--mode", "eager",
 		"--allreduce", "--tp-size", "2", "--straggle-us", fmt.Sprint(straggleUs), "--proctitle", "sglang::scheduler_TP0",
 		"--wait-start", start)
@@ -117,7 +123,7 @@ func TestTensorParallelRanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	n, compared, late := 0, map[int]int{}, 0
 	for _, line := range strings.Split(strings.TrimSpace(string(f)), "\n") {
 		var c agent.CycleTrace
 		if err := json.Unmarshal([]byte(line), &c); err != nil {
@@ -132,11 +138,109 @@ func TestTensorParallelRanks(t *testing.T) {
 				if co.Ranks != 2 || co.AlgBWGBps <= 0 || co.BusBWGBps != co.AlgBWGBps {
 					t.Fatalf("collective %+v: want 2 ranks and busbw == algbw", co)
 				}
+				if c.TP != nil && (co.Arrival == nil || (co.Arrival.LastRank == c.Rank) != (co.Arrival.WaitNs == 0)) {
+					t.Errorf("rank %d cycle %d: collective arrival %+v", c.Rank, c.Cycle, co.Arrival)
+				}
+			}
+		}
+		if c.TP == nil {
+			continue
+		}
+		compared[c.Rank]++
+		if c.TP.Ranks != 2 || c.TP.Collectives == 0 {
+			t.Errorf("rank %d cycle %d: %+v", c.Rank, c.Cycle, *c.TP)
+		}
+		if c.TP.Straggler == 1 {
+			late++
+			// The early rank waited for the late one at every collective.
+			if w := c.TP.WaitNs / int64(c.TP.Collectives); c.Rank == 0 && w < straggleUs*600 {
+				t.Errorf("cycle %d: rank 0 waited %d ns per collective for the straggler", c.Cycle, w)
 			}
 		}
 	}
 	if n == 0 {
 		t.Fatal("no collectives in the timelines")
 	}
+	if compared[0] != cycles || compared[1] != cycles {
+		t.Errorf("cycles compared: %v, want %d per rank", compared, cycles)
+	}
+	if late < 2*(cycles-2) {
+		t.Errorf("rank 1 named the straggler in %d of %d cycle timelines", late, 2*cycles)
+	}
+	if r1.StragglerCycles < cycles-2 {
+		t.Errorf("rank 1 the straggler in %d of %d cycles", r1.StragglerCycles, cycles)
+	}
+	checkRanksJaeger(t, j, since, cycles)
+	checkRanksPerfetto(t, dir, rep)
 	t.Logf("rank 0 %+v; rank 1 %+v; %d collectives with bandwidth", *r0, *r1, n)
+}
+
+// checkRanksJaeger: every cycle of the two ranks is one trace in Jaeger,
+// holding both ranks' cycle spans, each under its own process with its TP
+// rank, and naming the same straggler.
+func checkRanksJaeger(t *testing.T, j *jaeger, since time.Time, cycles int) {
+	t.Helper()
+	var traces []v1Trace
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		traces = j.v1Traces(t, "specprof", since)
+		if len(traces) >= cycles || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	both := 0
+	for _, tr := range traces {
+		ranks := map[string]bool{}
+		for _, sp := range tr.Spans {
+			if sp.OperationName != "cycle" || len(sp.References) != 0 {
+				continue
+			}
+			for _, tag := range tr.Processes[sp.ProcessID].Tags {
+				if tag.Key == "specprof.tp_rank" {
+					ranks[fmt.Sprint(tag.Value)] = true
+				}
+			}
+		}
+		if len(ranks) == 2 {
+			both++
+		}
+	}
+	if both != cycles {
+		t.Errorf("Jaeger: %d of %d traces hold both ranks' cycle (want every cycle: %d)", both, len(traces), cycles)
+	}
+}
+
+// checkRanksPerfetto: one Perfetto timeline holds both ranks, their
+// collectives with the arrival comparison.
+func checkRanksPerfetto(t *testing.T, dir string, rep agent.Report) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, perfetto.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := perfetto.Check(b)
+	if err != nil {
+		t.Fatalf("perfetto: %v", err)
+	}
+	cyclesOf := map[int64]int{}
+	lastRank := 0
+	for _, e := range p.Events {
+		if e.Cat == "cycle" {
+			if _, ok := e.Args["straggler_rank"]; ok {
+				cyclesOf[e.Pid]++
+			}
+		}
+		if _, ok := e.Args["last_rank"]; ok {
+			lastRank++
+		}
+	}
+	for _, pr := range rep.Processes {
+		if cyclesOf[int64(pr.PID)] == 0 {
+			t.Errorf("perfetto: no compared cycles of pid %d (%v)", pr.PID, cyclesOf)
+		}
+	}
+	if lastRank == 0 {
+		t.Error("perfetto: no collective carries last_rank")
+	}
 }

@@ -46,6 +46,8 @@ type Exporter struct {
 	res      *resources
 	tracers  map[int]trace.Tracer // by pid; converting goroutine only
 	withGPUs map[int]bool         // pids whose tracer's resource names their GPUs
+	ids      *idGenerator
+	salt     [16]byte // of the cross-rank cycle trace IDs (ids.go)
 
 	cycles, cyclesDropped    atomic.Uint64
 	spans, spansDropped      atomic.Uint64
@@ -173,7 +175,9 @@ func newExporter(cfg Config, exp sdktrace.SpanExporter, target string) (*Exporte
 		res:      res,
 		tracers:  map[int]trace.Tracer{},
 		withGPUs: map[int]bool{},
+		ids:      newIDGenerator(),
 	}
+	e.ids.read(e.salt[:])
 	e.bsp = sdktrace.NewBatchSpanProcessor(&countingExporter{next: exp, e: e},
 		sdktrace.WithBlocking(),
 		sdktrace.WithMaxQueueSize(bspQueueSpans),

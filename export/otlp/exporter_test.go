@@ -576,3 +576,82 @@ type discard struct{}
 
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
+
+// TestRanksShareTrace: cycles compared across tensor-parallel ranks (TP
+// set) put the same cycle of every rank in one trace, each rank's cycle a
+// root under its own process, with the straggler and the arrival figures;
+// uncompared cycles keep a trace of their own.
+func TestRanksShareTrace(t *testing.T) {
+	mem := tracetest.NewInMemoryExporter()
+	e := newTest(t, Config{}, mem)
+	var cs []*agent.CycleTrace
+	for cycle := 1; cycle <= 2; cycle++ {
+		for rank := 0; rank < 2; rank++ {
+			c := testCycle(100+rank, 100+rank, cycle, uint64(cycle)*100_000)
+			c.Rank = rank
+			c.TP = &agent.CycleTP{Ranks: 2, Collectives: 1, Straggler: 1, SpreadNs: 300, WaitNs: int64(300 * (1 - rank))}
+			c.Phases[0].Collectives[0].Arrival = &agent.Arrival{LastRank: 1, WaitNs: c.TP.WaitNs, SpreadNs: 300}
+			cs = append(cs, c)
+		}
+	}
+	lone := testCycle(100, 100, 3, 900_000)
+	cs = append(cs, lone)
+	for _, c := range cs {
+		e.Cycle(c)
+	}
+	shutdown(t, e)
+	roots := map[trace.TraceID][]sdktrace.ReadOnlySpan{}
+	var lastRank []int64
+	for _, s := range mem.GetSpans().Snapshots() {
+		if !s.Parent().IsValid() {
+			roots[s.SpanContext().TraceID()] = append(roots[s.SpanContext().TraceID()], s)
+		}
+		for _, kv := range s.Attributes() {
+			if kv.Key == "specprof.collective.last_rank" {
+				lastRank = append(lastRank, kv.Value.AsInt64())
+			}
+		}
+	}
+	if len(roots) != 3 {
+		t.Fatalf("%d traces, want 3 (two cycles of two ranks, one lone cycle)", len(roots))
+	}
+	for id, rs := range roots {
+		attrs := map[attribute.Key]attribute.Value{}
+		for _, kv := range rs[0].Attributes() {
+			attrs[kv.Key] = kv.Value
+		}
+		if attrs["specprof.cycle"].AsInt64() == 3 {
+			if len(rs) != 1 {
+				t.Errorf("lone cycle: %d roots", len(rs))
+			}
+			if _, ok := attrs["specprof.tp.straggler_rank"]; ok {
+				t.Errorf("lone cycle has a straggler")
+			}
+			continue
+		}
+		if len(rs) != 2 {
+			t.Fatalf("trace %s: %d cycle roots, want one per rank", id, len(rs))
+		}
+		pids := map[int64]bool{}
+		for _, r := range rs {
+			for _, kv := range r.Resource().Attributes() {
+				if kv.Key == "process.pid" {
+					pids[kv.Value.AsInt64()] = true
+				}
+			}
+			a := map[attribute.Key]attribute.Value{}
+			for _, kv := range r.Attributes() {
+				a[kv.Key] = kv.Value
+			}
+			if a["specprof.tp.straggler_rank"].AsInt64() != 1 || a["specprof.tp.ranks"].AsInt64() != 2 {
+				t.Errorf("cycle root attributes %v", a)
+			}
+		}
+		if len(pids) != 2 {
+			t.Errorf("trace %s: processes %v, want both ranks", id, pids)
+		}
+	}
+	if len(lastRank) != 4 {
+		t.Errorf("collective last_rank on %d spans, want 4", len(lastRank))
+	}
+}

@@ -41,6 +41,7 @@ func (e *Exporter) tracer(c *agent.CycleTrace) trace.Tracer {
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(e.res.forProcess(c)),
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithIDGenerator(e.ids),
 		sdktrace.WithSpanProcessor(sharedProcessor{e.bsp}))
 	t := tp.Tracer(ScopeName)
 	e.tracers[c.PID] = t
@@ -102,10 +103,20 @@ func (e *Exporter) emit(c *agent.CycleTrace) int {
 	if c.Rank >= 0 {
 		attrs = append(attrs, AttrTPRank.Int(c.Rank))
 	}
+	ctx := context.Background()
+	if tp := c.TP; tp != nil {
+		attrs = append(attrs,
+			attribute.Int("specprof.tp.ranks", tp.Ranks),
+			attribute.Int("specprof.tp.straggler_rank", tp.Straggler),
+			attribute.Bool("specprof.tp.straggler", tp.Straggler == c.Rank),
+			attribute.Int64("specprof.tp.wait_ns", tp.WaitNs),
+			attribute.Int64("specprof.tp.spread_ns", tp.SpreadNs))
+		ctx = withTraceID(ctx, cycleTraceID(e.salt, c.Cycle))
+	}
 	if len(c.Phases) > 0 {
 		attrs = appendCode(attrs, c.Phases[0].Cycle)
 	}
-	ctx, root := tr.Start(context.Background(), SpanCycle, trace.WithNewRoot(), e.at(c.Start),
+	ctx, root := tr.Start(ctx, SpanCycle, trace.WithNewRoot(), e.at(c.Start),
 		trace.WithAttributes(attrs...))
 	n := 1
 	for _, p := range c.Phases {
@@ -263,6 +274,12 @@ func (e *Exporter) emitCollective(ctx context.Context, tr trace.Tracer, c *agent
 	}
 	if onGPU {
 		attrs = append(attrs, attribute.Int64("specprof.collective.call_to_start_ns", int64(c.GPUStart)-int64(c.Time)))
+	}
+	if ar := c.Arrival; ar != nil {
+		attrs = append(attrs,
+			attribute.Int("specprof.collective.last_rank", ar.LastRank),
+			attribute.Int64("specprof.collective.wait_ns", ar.WaitNs),
+			attribute.Int64("specprof.collective.spread_ns", ar.SpreadNs))
 	}
 	attrs = appendCode(attrs, c.Site)
 	name := c.Op

@@ -141,8 +141,13 @@ func (t *Trace) AddCycle(c *agent.CycleTrace) {
 		t.slices = append(t.slices, s)
 		return len(t.slices) - 1
 	}
+	cargs := []arg{iArg("cycle", int64(c.Cycle)), iArg("rank", int64(c.Rank))}
+	if tp := c.TP; tp != nil {
+		cargs = append(cargs, iArg("straggler_rank", int64(tp.Straggler)), iArg("tp_wait_ns", tp.WaitNs),
+			iArg("tp_spread_ns", tp.SpreadNs))
+	}
 	cpu(slice{level: levelCycle, name: "cycle " + strconv.Itoa(c.Cycle), cat: "cycle", start: c.Start, end: c.End,
-		args: []arg{iArg("cycle", int64(c.Cycle)), iArg("rank", int64(c.Rank))}})
+		args: cargs})
 	for _, ph := range c.Phases {
 		pi := cpu(slice{level: levelPhase, name: ph.Phase, cat: "phase", start: ph.Start, end: max(ph.End, ph.Start),
 			args: phaseArgs(ph)})
@@ -259,6 +264,9 @@ func collArgs(c *agent.Collective) []arg {
 	}
 	if c.GPUEnd > c.GPUStart {
 		a = append(a, iArg("gpu_ns", c.GPUNs()), fArg("algbw_gbps", c.AlgBWGBps), fArg("busbw_gbps", c.BusBWGBps))
+	}
+	if ar := c.Arrival; ar != nil {
+		a = append(a, iArg("last_rank", int64(ar.LastRank)), iArg("wait_ns", ar.WaitNs), iArg("spread_ns", ar.SpreadNs))
 	}
 	return a
 }

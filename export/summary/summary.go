@@ -139,8 +139,12 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			if k.Collectives > 0 {
 				share = 100 * float64(k.LastArrivals) / float64(k.Collectives)
 			}
-			fmt.Fprintf(w, "  TP%d pid %d: last to arrive at %d of %d collectives (%.1f %%), the others waited %s ms for it over %d cycles\n",
-				k.Rank, k.PID, k.LastArrivals, k.Collectives, share, ms(float64(k.WaitImposedNs)), k.Cycles)
+			fmt.Fprintf(w, "  TP%d pid %d: last to arrive at %d of %d collectives (%.1f %%), the others waited %s ms for it; the straggler in %d of %d cycles",
+				k.Rank, k.PID, k.LastArrivals, k.Collectives, share, ms(float64(k.WaitImposedNs)), k.StragglerCycles, k.Cycles)
+			if k.Uncompared > 0 {
+				fmt.Fprintf(w, " (%d cycles no other rank matched)", k.Uncompared)
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	fmt.Fprintf(w, "\nevents %d; lost: ringbuf %d, scratch %d, openat %d, decode %d; unattributed: no-python %d, no-thread-state %d, read-errors %d, truncated %d, stale %d, symbolize %d, unmatched sync exits %d\n",
