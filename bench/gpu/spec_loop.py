@@ -247,6 +247,9 @@ def main():
     g.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks (one GPU each)")
     g.add_argument("--tp-rank", type=int, default=None, help=argparse.SUPPRESS)
     g.add_argument("--master-port", type=int, default=29517, help="torch.distributed rendezvous port")
+    g.add_argument("--hang-dump-s", type=float, default=0,
+                   help="with --tp-size: a rank still running after this many seconds prints every thread's "
+                        "Python stack and exits (faulthandler), so a hung collective shows where")
     g.add_argument("--nccl-perf", action="store_true",
                    help="with --tp-size: time back-to-back all-reduces after the loop (all_reduce_perf-style)")
     args = ap.parse_args()
@@ -340,10 +343,15 @@ def run_sglang(args):
     dev = "cuda"
     if tp > 1:
         import torch.distributed as dist
+        if args.hang_dump_s > 0:
+            import faulthandler
+            faulthandler.dump_traceback_later(args.hang_dump_s, exit=True)
+        _log("rank %d of %d: pid %d, GPU %d" % (rank, tp, os.getpid(), rank))
         torch.cuda.set_device(rank)
         dist.init_process_group("nccl", rank=rank, world_size=tp, device_id=torch.device("cuda", rank))
         dist.all_reduce(torch.zeros(1, device=dev))  # the communicator, before any capture
         torch.cuda.synchronize()
+        _log("rank %d: communicator up" % rank)
     # Built outside inference mode (ordinary parameters, set in place under no_grad), run inside.
     draft, target, noise = speclm.build_pair(
         args.vocab, args.hidden, args.ffn, args.draft_blocks, args.target_extra_blocks,
@@ -385,6 +393,8 @@ def run_sglang(args):
         w = EAGLEWorker(draft, target, args.steps, ph)
         if args.graphs == "on":
             w.init_cuda_graphs()
+            if tp > 1:
+                _log("rank %d: CUDA graphs captured" % rank)
         w.reset()
         for _ in range(args.warmup):
             w.forward_batch_generation()
@@ -496,6 +506,14 @@ def launch_tp(args):
             "--tp-rank", str(r), "--proctitle", "sglang::scheduler_TP%d" % r, "--result", path]
         procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                                       stdout=subprocess.DEVNULL if r else None))
+    import signal
+
+    def stop(signum, frame):  # the caller gave up: take the ranks along
+        for q in procs:
+            if q.poll() is None:
+                q.kill()
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
     rcs = [None] * n
     while any(rc is None for rc in rcs):
         for i, p in enumerate(procs):

@@ -81,12 +81,18 @@ def run(cmd, logpath, timeout):
     with open(logpath, "w") as f:
         f.write("$ %s\n" % " ".join(cmd))
         f.flush()
+        # Its own session: a timeout kills the launcher, its ranks and specprof together.
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, **SAFE_ENV), cwd=ROOT,
+                             start_new_session=True)
         try:
-            p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
-                               env=dict(os.environ, **SAFE_ENV), cwd=ROOT)
-            rc = p.returncode
+            rc = p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             rc = "timeout"
+            os.killpg(p.pid, 9)
+            p.wait()
+    if rc != 0:
+        with open(logpath) as f:
+            sys.stderr.write("---- %s (tail)\n%s\n----\n" % (logpath, f.read()[-6000:]))
     return rc, time.monotonic() - t0
 
 
@@ -181,7 +187,7 @@ def main():
     ap.add_argument("--cycles", type=int, default=1000)
     ap.add_argument("--noise-scale", type=float, default=0.051861341918379274,
                     help="the EAGLE family's calibrated scale (single-GPU calibration, results 2026-11-29)")
-    ap.add_argument("--run-timeout-s", type=int, default=300)
+    ap.add_argument("--run-timeout-s", type=int, default=150)
     ap.add_argument("--specprof-args", default="")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -215,7 +221,7 @@ def main():
                 result = os.path.join(d, "result.json")
                 inner = [a.python, spec, "--worker", "sglang", "--tp-size", str(a.tp_size), "--graphs", g,
                          "--cycles", str(a.cycles), "--noise-scale", repr(a.noise_scale), "--master-port", "0",
-                         "--result", result]
+                         "--result", result, "--hang-dump-s", str(max(a.run_timeout_s - 15, 10))]
                 if method == "plain" and rep == 0:
                     inner.append("--nccl-perf")
                 cmd = inner
