@@ -173,6 +173,9 @@ func (a *Agent) onGPUJoin(k correlate.Key, r *correlate.GPURecord) {
 		kn = a.kernelNames[r.PID][r.Name]
 	}
 	name, coll := kn.name, kn.coll
+	if r.Kind == correlate.Graph {
+		name = "graph " + strconv.FormatUint(uint64(r.GraphID), 10)
+	}
 	if !coll && !(a.opts.Detail && a.tracing()) {
 		return
 	}
@@ -260,7 +263,7 @@ func (a *Agent) finishTrace(p *process, t *thread, cc *closedCycle, m *phase.Mat
 			g := &pt.GPU[i]
 			if s := b.launchAt(g.Launch); s != nil {
 				g.Site = s.Site
-				if g.Kind == "kernel" && g.End > g.Start {
+				if (g.Kind == "kernel" || g.Kind == "graph") && g.End > g.Start {
 					s.GPUNs += int64(g.End - g.Start)
 				}
 			}

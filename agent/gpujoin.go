@@ -69,7 +69,7 @@ func (a *Agent) onGPUFinal(k correlate.Key, ks *correlate.KeyStats) {
 	}
 	m := a.matcherOf(p)
 	g := &PhaseStats{GPUCycles: 1, GPUKernels: int64(ks.Kernels), GPUBusyNs: int64(ks.BusyNs), GPUSpanNs: int64(ks.SpanNs()),
-		GPUKernelNs: int64(ks.KernelNs), GPUMemcpys: int64(ks.Memcpys), GPUMemcpyBytes: int64(ks.MemcpyBytes), GPUMemcpyNs: int64(ks.MemcpyNs)}
+		GPUKernelNs: int64(ks.KernelNs), GPUGraphs: int64(ks.Graphs), GPUGraphNs: int64(ks.GraphNs), GPUMemcpys: int64(ks.Memcpys), GPUMemcpyBytes: int64(ks.MemcpyBytes), GPUMemcpyNs: int64(ks.MemcpyNs)}
 	switch {
 	case k.Cycle <= 0:
 		pa := t.outside[k.Phase]
@@ -139,6 +139,12 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 		a.joiner.GPU(&correlate.GPURecord{Start: k.Start, End: k.End, PID: pid, Corr: al.of(k.CorrelationID), Stream: k.Stream,
 			Device: k.Device, Name: k.NameID, GraphID: k.GraphID, Kind: correlate.Kernel})
 		wm = max(wm, k.End)
+	}
+	for i := range b.GraphExecs {
+		g := &b.GraphExecs[i]
+		a.joiner.GPU(&correlate.GPURecord{Start: g.Start, End: g.End, PID: pid, Corr: al.of(g.CorrelationID), Stream: g.Stream,
+			Device: g.Device, GraphID: g.GraphID, Kind: correlate.Graph})
+		wm = max(wm, g.End)
 	}
 	for i := range b.Memcpys {
 		r := &b.Memcpys[i]

@@ -26,11 +26,16 @@ type PhaseStats struct {
 	// custom all-reduce, recognised by name): the allreduce share of a phase.
 	CollGPUNs int64 `json:"collective_gpu_ns,omitempty"`
 	// GPU side (from CUPTI records joined to this phase's launches).
-	GPUCycles      int   `json:"gpu_cycles,omitempty"`       // cycles whose GPU work of this phase is known
-	GPUKernels     int64 `json:"gpu_kernels,omitempty"`      // kernels launched by the phase
-	GPUBusyNs      int64 `json:"gpu_busy_ns,omitempty"`      // union of their intervals (streams overlap: never summed)
-	GPUSpanNs      int64 `json:"gpu_span_ns,omitempty"`      // first kernel start to last kernel end
-	GPUKernelNs    int64 `json:"gpu_kernel_ns,omitempty"`    // sum of kernel durations
+	GPUCycles   int   `json:"gpu_cycles,omitempty"`    // cycles whose GPU work of this phase is known
+	GPUKernels  int64 `json:"gpu_kernels,omitempty"`   // kernels launched by the phase
+	GPUBusyNs   int64 `json:"gpu_busy_ns,omitempty"`   // union of their intervals (streams overlap: never summed)
+	GPUSpanNs   int64 `json:"gpu_span_ns,omitempty"`   // first kernel start to last kernel end
+	GPUKernelNs int64 `json:"gpu_kernel_ns,omitempty"` // sum of kernel durations
+	// Whole CUDA graph executions (graph-level tracing, --cupti-graphs
+	// graph): their kernels are not counted one by one; each graph's first
+	// node start to last node end counts toward busy time and span instead.
+	GPUGraphs      int64 `json:"gpu_graphs,omitempty"`
+	GPUGraphNs     int64 `json:"gpu_graph_ns,omitempty"`
 	GPUMemcpys     int64 `json:"gpu_memcpys,omitempty"`      // copies
 	GPUMemcpyBytes int64 `json:"gpu_memcpy_bytes,omitempty"` //
 	GPUMemcpyNs    int64 `json:"gpu_memcpy_ns,omitempty"`    //
@@ -178,6 +183,8 @@ func (s *PhaseStats) addGPU(o *PhaseStats) {
 	s.GPUBusyNs += o.GPUBusyNs
 	s.GPUSpanNs += o.GPUSpanNs
 	s.GPUKernelNs += o.GPUKernelNs
+	s.GPUGraphs += o.GPUGraphs
+	s.GPUGraphNs += o.GPUGraphNs
 	s.GPUMemcpys += o.GPUMemcpys
 	s.GPUMemcpyBytes += o.GPUMemcpyBytes
 	s.GPUMemcpyNs += o.GPUMemcpyNs

@@ -57,7 +57,8 @@ type Batch struct {
 	Syncs      []Sync
 	GraphNodes []GraphNode
 	Overheads  []Overhead
-	Windows    []Window // tracing windows opened or closed (duty-cycled tracing)
+	Windows    []Window    // tracing windows opened or closed (duty-cycled tracing)
+	GraphExecs []GraphExec // whole graph launches (graph-level tracing)
 	// Stats is the latest STATS record of this batch, nil when it had none.
 	Stats *LibStats
 	// FlushAck is set when a STATS record answered a flush request (Receiver.Flush).
@@ -71,7 +72,7 @@ type Batch struct {
 // Len is the number of records in the batch (STATS excluded).
 func (b *Batch) Len() int {
 	return len(b.Kernels) + len(b.Memcpys) + len(b.Memsets) + len(b.APIs) + len(b.Syncs) +
-		len(b.GraphNodes) + len(b.Overheads) + len(b.Windows)
+		len(b.GraphNodes) + len(b.Overheads) + len(b.Windows) + len(b.GraphExecs)
 }
 
 // Reset empties the batch, keeping its storage.
@@ -84,6 +85,7 @@ func (b *Batch) Reset() {
 	b.GraphNodes = b.GraphNodes[:0]
 	b.Overheads = b.Overheads[:0]
 	b.Windows = b.Windows[:0]
+	b.GraphExecs = b.GraphExecs[:0]
 	b.Stats = nil
 	b.FlushAck = false
 	b.Final = false
@@ -259,6 +261,10 @@ func (d *Decoder) record(typ RecordType, flags uint16, body []byte, b *Batch) {
 	case TypeWindow:
 		if !short(SizeofWindow) {
 			b.Windows = appendRec(b.Windows, body)
+		}
+	case TypeGraphExec:
+		if !short(SizeofGraphExec) {
+			b.GraphExecs = appendRec(b.GraphExecs, body)
 		}
 	case TypeStats:
 		if !short(SizeofStats) {

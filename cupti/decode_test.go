@@ -49,6 +49,7 @@ func validStream(n int) []byte {
 		b.Write(encRecord(TypeSync, 0, &Sync{Start: t, End: t + 80, Kind: 3}, nil))
 		b.Write(encRecord(TypeGraphNode, 0, &GraphNode{NodeID: uint64(i), GraphID: 1, Op: GraphNodeCreated}, nil))
 		b.Write(encRecord(TypeOverhead, 0, &Overhead{Start: t, End: t + 1}, nil))
+		b.Write(encRecord(TypeGraphExec, 0, &GraphExec{Start: t, End: t + 90, GraphID: 3, Stream: 7, CorrelationID: uint32(i + 1)}, nil))
 	}
 	b.Write(encRecord(TypeStats, FlagFlushAck, &LibStats{RecordsDelivered: uint64(7 * n)}, nil))
 	return b.Bytes()
@@ -70,6 +71,7 @@ func decodeAll(t testing.TB, d *Decoder, stream []byte, chunk int) (*Batch, erro
 		all.Syncs = append(all.Syncs, b.Syncs...)
 		all.GraphNodes = append(all.GraphNodes, b.GraphNodes...)
 		all.Overheads = append(all.Overheads, b.Overheads...)
+		all.GraphExecs = append(all.GraphExecs, b.GraphExecs...)
 		if b.Stats != nil {
 			all.stats = *b.Stats
 			all.Stats = &all.stats
@@ -95,10 +97,13 @@ func TestDecodeValidStream(t *testing.T) {
 			t.Fatalf("chunk %d: %v", chunk, err)
 		}
 		if len(b.Kernels) != n || len(b.Memcpys) != n || len(b.Memsets) != n || len(b.APIs) != n ||
-			len(b.Syncs) != n || len(b.GraphNodes) != n || len(b.Overheads) != n {
+			len(b.Syncs) != n || len(b.GraphNodes) != n || len(b.Overheads) != n || len(b.GraphExecs) != n {
 			t.Fatalf("chunk %d: decoded %d kernels %d memcpys %d memsets %d apis %d syncs %d graph nodes %d overheads",
 				chunk, len(b.Kernels), len(b.Memcpys), len(b.Memsets), len(b.APIs), len(b.Syncs), len(b.GraphNodes),
 				len(b.Overheads))
+		}
+		if g := b.GraphExecs[4]; g.Start != 1400 || g.End != 1490 || g.GraphID != 3 || g.Stream != 7 || g.CorrelationID != 5 {
+			t.Errorf("chunk %d: graph exec 4 = %+v", chunk, g)
 		}
 		k := b.Kernels[3]
 		if k.Start != 1300 || k.End != 1350 || k.CorrelationID != 4 || k.Grid != [3]uint32{1, 2, 3} || d.Name(k.NameID) != "void gemm<128>(float*)" {

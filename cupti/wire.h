@@ -43,7 +43,8 @@ enum spw_type {
     SPW_OVERHEAD = 9,
     SPW_STATS = 10,
     SPW_WINDOW = 11,
-    SPW_NUM_TYPES = 12 /* one past the largest type */
+    SPW_GRAPH_EXEC = 12,
+    SPW_NUM_TYPES = 13 /* one past the largest type */
 };
 
 /* spw_header.flags */
@@ -193,6 +194,20 @@ struct spw_overhead {
 struct spw_window {
     uint64_t open;  /* CLOCK_MONOTONIC ns, after the kinds were enabled */
     uint64_t close; /* before they were disabled; 0 while open */
+};
+
+/* One execution of a CUDA graph as a whole (graph-level tracing, SPECPROF_CUPTI_KINDS=...,graph:
+ * CUPTI's GRAPH_TRACE, which replaces the per-node kernel, copy and set records of graph launches
+ * with this one record per launch). */
+struct spw_graph_exec {
+    uint64_t start; /* the graph's first node starts */
+    uint64_t end;   /* its last node ends */
+    uint32_t graphID;
+    uint32_t device;
+    uint32_t context;
+    uint32_t stream;        /* where it was launched */
+    uint32_t correlationID; /* of the launching call (cuGraphLaunch) */
+    uint32_t reserved;
 };
 
 /* Cumulative counters of the library since the process started (every connection included). */

@@ -48,6 +48,10 @@ type LibStats C.struct_spw_stats
 // work launched while one was open. Close is 0 while it is open.
 type Window C.struct_spw_window
 
+// GraphExec is one execution of a CUDA graph as a whole (graph-level tracing): it replaces the
+// kernel, copy and set records of that graph launch.
+type GraphExec C.struct_spw_graph_exec
+
 // RecordType is the type of a wire record.
 type RecordType uint16
 
@@ -64,6 +68,7 @@ const (
 	TypeOverhead  RecordType = C.SPW_OVERHEAD
 	TypeStats     RecordType = C.SPW_STATS
 	TypeWindow    RecordType = C.SPW_WINDOW
+	TypeGraphExec RecordType = C.SPW_GRAPH_EXEC
 	// NumRecordTypes is one past the largest record type.
 	NumRecordTypes = C.SPW_NUM_TYPES
 )
@@ -114,4 +119,5 @@ const (
 	SizeofOverhead  = C.sizeof_struct_spw_overhead
 	SizeofStats     = C.sizeof_struct_spw_stats
 	SizeofWindow    = C.sizeof_struct_spw_window
+	SizeofGraphExec = C.sizeof_struct_spw_graph_exec
 )

@@ -154,6 +154,19 @@ type Window struct {
 	Close uint64
 }
 
+// GraphExec is one execution of a CUDA graph as a whole (graph-level tracing): it replaces the
+// kernel, copy and set records of that graph launch.
+type GraphExec struct {
+	Start         uint64
+	End           uint64
+	GraphID       uint32
+	Device        uint32
+	Context       uint32
+	Stream        uint32
+	CorrelationID uint32
+	Reserved      uint32
+}
+
 // RecordType is the type of a wire record.
 type RecordType uint16
 
@@ -170,9 +183,10 @@ const (
 	TypeOverhead  RecordType = 0x9
 	TypeStats     RecordType = 0xa
 	TypeWindow    RecordType = 0xb
+	TypeGraphExec RecordType = 0xc
 
 	// NumRecordTypes is one past the largest record type.
-	NumRecordTypes = 0xc
+	NumRecordTypes = 0xd
 )
 
 // Header flags.
@@ -221,4 +235,5 @@ const (
 	SizeofOverhead  = 0x28
 	SizeofStats     = 0x60
 	SizeofWindow    = 0x10
+	SizeofGraphExec = 0x28
 )

@@ -100,13 +100,13 @@ func (a *Agg) Add(r *GPURecord) {
 		d = r.End - r.Start
 	}
 	switch r.Kind {
+	case Graph:
+		a.window(r)
+		a.s.Graphs++
+		a.s.GraphNs += d
+		a.busy.Add(r.Start, r.End)
 	case Kernel:
-		if a.s.Kernels == 0 || r.Start < a.s.FirstStart {
-			a.s.FirstStart = r.Start
-		}
-		if a.s.Kernels == 0 || r.End > a.s.LastEnd {
-			a.s.LastEnd = r.End
-		}
+		a.window(r)
 		a.s.Kernels++
 		a.s.KernelNs += d
 		a.busy.Add(r.Start, r.End)
@@ -130,6 +130,17 @@ func (a *Agg) Add(r *GPURecord) {
 	}
 }
 
+// window widens the span to r (kernels and graphs).
+func (a *Agg) window(r *GPURecord) {
+	first := a.s.Kernels+a.s.Graphs == 0
+	if first || r.Start < a.s.FirstStart {
+		a.s.FirstStart = r.Start
+	}
+	if first || r.End > a.s.LastEnd {
+		a.s.LastEnd = r.End
+	}
+}
+
 // Result fills the GPU fields of s (everything but PID, Launches,
 // MatchedLaunches and Evicted). s.Names is handed over: the Agg starts a new
 // map afterwards.
@@ -138,6 +149,7 @@ func (a *Agg) Result(s *KeyStats) {
 	s.BusyNs = a.busy.Union()
 	s.FirstStart, s.LastEnd = a.s.FirstStart, a.s.LastEnd
 	s.KernelNs = a.s.KernelNs
+	s.Graphs, s.GraphNs = a.s.Graphs, a.s.GraphNs
 	s.Memcpys, s.MemcpyBytes, s.MemcpyNs = a.s.Memcpys, a.s.MemcpyBytes, a.s.MemcpyNs
 	s.Memsets, s.MemsetBytes, s.MemsetNs = a.s.Memsets, a.s.MemsetBytes, a.s.MemsetNs
 	s.Names = a.names

@@ -16,6 +16,10 @@ const (
 	Memcpy
 	// Memset is a memory set.
 	Memset
+	// Graph is one execution of a CUDA graph as a whole (graph-level
+	// tracing): its kernels have no records of their own, so its interval
+	// counts toward busy time and span in their place.
+	Graph
 )
 
 // String names the kind.
@@ -27,6 +31,8 @@ func (k Kind) String() string {
 		return "memcpy"
 	case Memset:
 		return "memset"
+	case Graph:
+		return "graph"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -170,7 +176,8 @@ type NameTotal struct {
 }
 
 // KeyStats is what one key's GPU work amounts to. Busy time and span count
-// kernels only; copies and sets have their own counters.
+// kernels and whole-graph executions only; copies and sets have their own
+// counters.
 type KeyStats struct {
 	PID             int
 	Launches        int // launches that carried the key, up to finalization
@@ -181,6 +188,10 @@ type KeyStats struct {
 	FirstStart uint64 // earliest kernel start (0 when no kernel)
 	LastEnd    uint64 // latest kernel end
 	KernelNs   uint64 // sum of kernel durations (> BusyNs when streams overlap)
+	// Graphs are whole-graph executions (graph-level tracing), GraphNs the
+	// sum of their first-node-start to last-node-end intervals.
+	Graphs  int
+	GraphNs uint64
 
 	Memcpys     int
 	MemcpyBytes uint64
@@ -198,7 +209,7 @@ type KeyStats struct {
 
 // SpanNs is the time from the first kernel start to the last kernel end.
 func (s *KeyStats) SpanNs() uint64 {
-	if s.Kernels == 0 || s.LastEnd < s.FirstStart {
+	if s.Kernels+s.Graphs == 0 || s.LastEnd < s.FirstStart {
 		return 0
 	}
 	return s.LastEnd - s.FirstStart

@@ -45,6 +45,7 @@ type sessionFlags struct {
 	cpuHz    int
 	ranks    int
 	duty     string
+	graphs   string
 }
 
 func (f *sessionFlags) register(c *cobra.Command) {
@@ -62,6 +63,7 @@ func (f *sessionFlags) register(c *cobra.Command) {
 		k.flags(fl)
 	}
 	fl.StringVar(&f.duty, "cupti-duty", "", "trace GPU kernels and copies only in windows, ON/PERIOD (e.g. 200ms/2s): cycles inside a window get GPU figures, the rest CPU figures only; lowers the cost of kernel tracing to about ON/PERIOD of it")
+	fl.StringVar(&f.graphs, "cupti-graphs", "node", "CUDA graph launches: 'node' records every kernel of a replay; 'graph' one record per replay (first node start to last node end; CUPTI's graph-level tracing), cheaper where graphs hold many kernels, with phase GPU figures per graph instead of per kernel")
 	fl.IntVar(&f.ranks, "collective-ranks", 0, "ranks per NCCL communicator, for bus bandwidth (default: the number of traced processes making collectives)")
 	fl.IntVar(&f.cpuHz, "cpu-hz", bpf.DefaultSampleHz, "sample the CPU of the target's threads this many times per second, with their Python stacks (0: off)")
 	fl.StringVar(&f.spec, "spec-metrics", "log", "accept length and tok/s: 'log' (the target's Decode batch / SpecDecoding log lines; run only), a Prometheus URL (http://host:port/metrics), or 'off'")
@@ -111,6 +113,9 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		if _, _, err := parseDuty(f.duty); err != nil {
 			return nil, err
 		}
+	}
+	if f.graphs != "node" && f.graphs != "graph" {
+		return nil, fmt.Errorf("--cupti-graphs %q: want 'node' (every kernel of a graph replay) or 'graph' (one record per replay)", f.graphs)
 	}
 	if f.interval < 0 {
 		return nil, fmt.Errorf("--interval %d: must be 0 or more", f.interval)
@@ -262,6 +267,9 @@ func (s *session) startCUPTI() ([]string, error) {
 			return nil, err
 		}
 		env = append(env, fmt.Sprintf("SPECPROF_CUPTI_DUTY=%d/%d", on.Milliseconds(), period.Milliseconds()))
+	}
+	if s.flags.graphs == "graph" {
+		env = append(env, "SPECPROF_CUPTI_KINDS=all,graph")
 	}
 	return env, nil
 }

@@ -54,6 +54,12 @@ typedef CUpti_ActivityOverhead3 overhead_t;
 typedef CUpti_ActivityOverhead overhead_t;
 #endif
 
+#if CUPTI_API_VERSION >= 130000
+typedef CUpti_ActivityGraphTrace2 graph_trace_t;
+#else
+typedef CUpti_ActivityGraphTrace graph_trace_t; /* CUDA 11.7+ */
+#endif
+
 /* cupti_min.h: the prefixes the library reads. */
 OFF1(spc_kernel_prefix, kernel_t, kind);
 OFF1(spc_kernel_prefix, kernel_t, registersPerThread);
@@ -131,6 +137,16 @@ OFF1(spc_overhead_prefix, overhead_t, start);
 OFF1(spc_overhead_prefix, overhead_t, end);
 SAME(sizeof(CUpti_ActivityObjectKindId), 12);
 
+OFF1(spc_graph_trace_prefix, graph_trace_t, kind);
+OFF1(spc_graph_trace_prefix, graph_trace_t, correlationId);
+OFF1(spc_graph_trace_prefix, graph_trace_t, start);
+OFF1(spc_graph_trace_prefix, graph_trace_t, end);
+OFF1(spc_graph_trace_prefix, graph_trace_t, deviceId);
+OFF1(spc_graph_trace_prefix, graph_trace_t, graphId);
+OFF1(spc_graph_trace_prefix, graph_trace_t, contextId);
+OFF1(spc_graph_trace_prefix, graph_trace_t, streamId);
+SAME(SPC_KIND_GRAPH_TRACE, CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+
 OFF1(spc_callback_data, CUpti_CallbackData, callbackSite);
 OFF1(spc_callback_data, CUpti_CallbackData, functionName);
 OFF1(spc_callback_data, CUpti_CallbackData, context);
@@ -192,6 +208,7 @@ SAME(sizeof(struct mock_sync2), sizeof(CUpti_ActivitySynchronization2));
 #endif
 #if CUPTI_API_VERSION >= 130000
 SAME(sizeof(struct mock_kernel10), sizeof(CUpti_ActivityKernel10));
+SAME(sizeof(struct mock_graph_trace2), sizeof(CUpti_ActivityGraphTrace2));
 SAME(offsetof(struct mock_kernel10, isDeviceLaunched), offsetof(CUpti_ActivityKernel10, isDeviceLaunched));
 OFF(mock_memcpy5, CUpti_ActivityMemcpy6, isDeviceLaunched, isDeviceLaunched);
 OFF(mock_memset4, CUpti_ActivityMemset4, isDeviceLaunched, isDeviceLaunched);

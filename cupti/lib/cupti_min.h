@@ -49,7 +49,8 @@ enum {
     SPC_KIND_RUNTIME = 5,
     SPC_KIND_CONCURRENT_KERNEL = 10,
     SPC_KIND_OVERHEAD = 17,
-    SPC_KIND_SYNCHRONIZATION = 38
+    SPC_KIND_SYNCHRONIZATION = 38,
+    SPC_KIND_GRAPH_TRACE = 51
 };
 
 /* CUpti_ActivityFlag: CUPTI_ACTIVITY_FLAG_FLUSH_FORCED. */
@@ -179,6 +180,19 @@ struct spc_overhead_prefix {
     uint64_t end;          /* 32 */
 } __attribute__((packed, aligned(8)));
 
+/* CUpti_ActivityGraphTrace (CUDA 11.7) / CUpti_ActivityGraphTrace2 (12.3+): the same fields up to
+ * streamId; version 2 appends fields after them. */
+struct spc_graph_trace_prefix {
+    uint32_t kind;          /*  0 */
+    uint32_t correlationId; /*  4 */
+    uint64_t start;         /*  8 */
+    uint64_t end;           /* 16 */
+    uint32_t deviceId;      /* 24 */
+    uint32_t graphId;       /* 28 */
+    uint32_t contextId;     /* 32 */
+    uint32_t streamId;      /* 36 */
+} __attribute__((packed, aligned(8)));
+
 /* CUpti_CallbackData (driver/runtime API callbacks). */
 struct spc_callback_data {
     uint32_t callbackSite;           /*  0: SPC_API_ENTER / SPC_API_EXIT */
@@ -247,6 +261,8 @@ _Static_assert(sizeof(struct spc_sync_prefix) == 40, "Synchronization prefix");
 _Static_assert(offsetof(struct spc_overhead_prefix, objectId) == 12, "Overhead.objectId");
 _Static_assert(offsetof(struct spc_overhead_prefix, start) == 24, "Overhead.start");
 _Static_assert(sizeof(struct spc_overhead_prefix) == 40, "Overhead prefix");
+_Static_assert(offsetof(struct spc_graph_trace_prefix, streamId) == 36, "GraphTrace.streamId");
+_Static_assert(sizeof(struct spc_graph_trace_prefix) == 40, "GraphTrace prefix");
 _Static_assert(offsetof(struct spc_callback_data, correlationId) == 64, "CallbackData.correlationId");
 _Static_assert(offsetof(struct spc_resource_data, resourceDescriptor) == 16, "ResourceData.resourceDescriptor");
 _Static_assert(offsetof(struct spc_graph_data, nodeType) == 32, "GraphData.nodeType");

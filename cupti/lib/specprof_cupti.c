@@ -65,6 +65,8 @@
 #define K_SYNC (1u << SPW_SYNC)
 #define K_OVERHEAD (1u << SPW_OVERHEAD)
 #define K_ALL (K_KERNEL | K_MEMCPY | K_MEMSET | K_API | K_SYNC | K_OVERHEAD)
+/* Graph-level tracing (not in "all"): one record per graph launch instead of one per node. */
+#define K_GRAPH (1u << SPW_GRAPH_EXEC)
 
 static struct {
     char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -131,6 +133,7 @@ static uint32_t parse_kinds(const char *s) {
         else if (!strcmp(t, "sync")) k |= K_SYNC;
         else if (!strcmp(t, "overhead")) k |= K_OVERHEAD;
         else if (!strcmp(t, "all")) k |= K_ALL;
+        else if (!strcmp(t, "graph")) k |= K_GRAPH;
     }
     return k;
 }
@@ -393,12 +396,15 @@ static const struct {
     {K_API, SPC_KIND_RUNTIME, "RUNTIME"},
     {K_SYNC, SPC_KIND_SYNCHRONIZATION, "SYNCHRONIZATION"},
     {K_OVERHEAD, SPC_KIND_OVERHEAD, "OVERHEAD"},
+    /* CUPTI 11.7 Update 1+: enabling it stops the per-node records of graph launches (kernels,
+     * copies and sets in graphs); work launched outside graphs keeps its records. */
+    {K_GRAPH, SPC_KIND_GRAPH_TRACE, "GRAPH_TRACE"},
 };
 static uint32_t g_enabled_types; /* record-type bits actually enabled (sender/init only) */
 
 /* Duty-cycled GPU tracing (cfg.duty_*; sender thread only): the GPU kinds that windows switch,
  * whether one is open, since when, and when the next switch is due. */
-#define K_GPU (K_KERNEL | K_MEMCPY | K_MEMSET)
+#define K_GPU (K_KERNEL | K_MEMCPY | K_MEMSET | K_GRAPH)
 static uint32_t g_duty_types;
 static int g_window_open;
 static uint64_t g_window_start, g_next_toggle;
@@ -806,6 +812,21 @@ static int convert(const struct spc_activity *a, size_t size) {
                                  .objectKind = o->objectKind,
                                  .objectID = {o->objectId[0], o->objectId[1], o->objectId[2]}};
         return out_record(SPW_OVERHEAD, 0, &w, sizeof w, NULL, 0);
+    }
+    case SPC_KIND_GRAPH_TRACE: {
+        if (size < sizeof(struct spc_graph_trace_prefix)) {
+            layout_mismatch(a->kind, size, sizeof(struct spc_graph_trace_prefix));
+            return 0;
+        }
+        const struct spc_graph_trace_prefix *g = (const void *)a;
+        struct spw_graph_exec w = {.start = ts(g->start),
+                                   .end = ts(g->end),
+                                   .graphID = g->graphId,
+                                   .device = g->deviceId,
+                                   .context = g->contextId,
+                                   .stream = g->streamId,
+                                   .correlationID = g->correlationId};
+        return out_record(SPW_GRAPH_EXEC, 0, &w, sizeof w, NULL, 0);
     }
     default:
         atomic_fetch_add(&st.unknown, 1);

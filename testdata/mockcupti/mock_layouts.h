@@ -190,6 +190,21 @@ struct mock_callback_data {
     uint32_t correlationId;
 };
 
+/* CUpti_ActivityGraphTrace2 (CUPTI 12.3+; the fields up to streamId as in GraphTrace). */
+struct mock_graph_trace2 {
+    uint32_t kind;
+    uint32_t correlationId;
+    uint64_t start;
+    uint64_t end;
+    uint32_t deviceId;
+    uint32_t graphId;
+    uint32_t contextId;
+    uint32_t streamId;
+    void *reserved;
+    uint32_t endDeviceId;
+    uint32_t endContextId;
+} MOCK_PACKED;
+
 struct mock_resource_data {
     void *context;
     void *resourceHandle;
@@ -216,6 +231,7 @@ _Static_assert(sizeof(struct mock_sync) == 40, "CUpti_ActivitySynchronization is
 _Static_assert(sizeof(struct mock_sync2) == 56, "CUpti_ActivitySynchronization2 is 56 bytes");
 _Static_assert(sizeof(struct mock_overhead) == 40, "CUpti_ActivityOverhead is 40 bytes");
 _Static_assert(sizeof(struct mock_overhead3) == 56, "CUpti_ActivityOverhead3 is 56 bytes");
+_Static_assert(sizeof(struct mock_graph_trace2) == 56, "CUpti_ActivityGraphTrace2 is 56 bytes");
 _Static_assert(sizeof(struct mock_callback_data) == 72, "CUpti_CallbackData is 72 bytes");
 _Static_assert(sizeof(struct mock_graph_data) == 56, "CUpti_GraphData is 56 bytes");
 

@@ -67,6 +67,7 @@ enum {
     KIND_CONCURRENT_KERNEL = 10,
     KIND_OVERHEAD = 17,
     KIND_SYNCHRONIZATION = 38,
+    KIND_GRAPH_TRACE = 51, /* one record per graph launch; no node records for it (as CUPTI 11.7u1+) */
     KIND_MAX = 64
 };
 enum { DOM_DRIVER = 1, DOM_RUNTIME = 2, DOM_RESOURCE = 3, DOM_MAX = 8 };
@@ -108,6 +109,8 @@ static size_t rec_size(uint32_t kind) {
         return cfg.layout >= LAYOUT_12_8 ? sizeof(struct mock_sync2) : sizeof(struct mock_sync);
     case KIND_OVERHEAD:
         return cfg.layout >= LAYOUT_12_4 ? sizeof(struct mock_overhead3) : sizeof(struct mock_overhead);
+    case KIND_GRAPH_TRACE:
+        return sizeof(struct mock_graph_trace2);
     default:
         return 0;
     }
@@ -414,7 +417,10 @@ static uint32_t api_thread_id(const simgpu_api_rec *r) {
 
 static void on_api_enter(const simgpu_api_rec *r) { api_callback(r, 0); }
 
+static void graph_launch_returned(uint64_t corr);
+
 static void on_api_exit(const simgpu_api_rec *r) {
+    graph_launch_returned(r->corr); /* before the call's own record, as its GPU work was scheduled */
     api_callback(r, 1);
     uint32_t cbid = cbid_of(r->api);
     if (atomic_load(&kind_on[KIND_DRIVER]) && cbid && !(cbid < MOCK_MAX_CBID && atomic_load(&driver_api_off[cbid]))) {
@@ -447,6 +453,54 @@ static void on_api_exit(const simgpu_api_rec *r) {
     }
 }
 
+/* Graph-level tracing: the nodes of one graph launch (scheduled inside the launching call) make
+ * one record, emitted when that call returns. */
+#define MAX_GRAPH_LAUNCHES 64
+static struct graph_launch {
+    uint64_t corr; /* 0: free */
+    struct mock_graph_trace2 g;
+} graph_launches[MAX_GRAPH_LAUNCHES];
+
+static void graph_node_ran_locked(const simgpu_gpu_rec *r, uint32_t ctx) {
+    struct graph_launch *free_slot = NULL;
+    for (int i = 0; i < MAX_GRAPH_LAUNCHES; i++) {
+        struct graph_launch *l = &graph_launches[i];
+        if (l->corr == r->corr) {
+            if (rt(r->start) < l->g.start) l->g.start = rt(r->start);
+            if (rt(r->end) > l->g.end) l->g.end = rt(r->end);
+            return;
+        }
+        if (!l->corr && !free_slot) free_slot = l;
+    }
+    if (!free_slot) return; /* more concurrent launches than slots: that launch goes unrecorded */
+    memset(free_slot, 0, sizeof *free_slot);
+    free_slot->corr = r->corr;
+    free_slot->g.kind = KIND_GRAPH_TRACE;
+    free_slot->g.correlationId = (uint32_t)r->corr;
+    free_slot->g.start = rt(r->start);
+    free_slot->g.end = rt(r->end);
+    free_slot->g.deviceId = free_slot->g.endDeviceId = (uint32_t)r->device;
+    free_slot->g.graphId = (uint32_t)r->graph_id;
+    free_slot->g.contextId = free_slot->g.endContextId = ctx;
+    free_slot->g.streamId = r->stream_id;
+}
+
+static void graph_launch_returned(uint64_t corr) {
+    struct mock_graph_trace2 g;
+    int found = 0;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_GRAPH_LAUNCHES; i++) {
+        if (graph_launches[i].corr == corr) {
+            g = graph_launches[i].g;
+            graph_launches[i].corr = 0;
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    if (found) emit(&g, KIND_GRAPH_TRACE);
+}
+
 static void on_gpu_op(const simgpu_gpu_rec *r) {
     uint32_t ctx;
     const char *name;
@@ -457,6 +511,8 @@ static void on_gpu_op(const simgpu_gpu_rec *r) {
     name = intern_locked(r->name);
     if (r->kind == SIMGPU_OP_KERNEL && r->graph_exec_id)
         fire_clone = !clone_seen_locked(clone_node_id(r->graph_exec_id, r->node_id));
+    int whole_graph = r->graph_exec_id && atomic_load(&kind_on[KIND_GRAPH_TRACE]);
+    if (whole_graph) graph_node_ran_locked(r, ctx);
     pthread_mutex_unlock(&mu);
 
     if (r->kind == SIMGPU_OP_KERNEL) {
@@ -473,7 +529,7 @@ static void on_gpu_op(const simgpu_gpu_rec *r) {
                 fire(DOM_RESOURCE, CB_GRAPHNODE_CLONED, &rd);
             }
         }
-        if (!atomic_load(&kind_on[KIND_CONCURRENT_KERNEL])) return;
+        if (whole_graph || !atomic_load(&kind_on[KIND_CONCURRENT_KERNEL])) return;
         struct mock_kernel10 k;
         memset(&k, 0, sizeof k);
         k.k9.kind = KIND_CONCURRENT_KERNEL;
@@ -501,7 +557,7 @@ static void on_gpu_op(const simgpu_gpu_rec *r) {
         k.k9.graphId = (uint32_t)r->graph_id;
         emit(&k, KIND_CONCURRENT_KERNEL);
     } else if (r->kind == SIMGPU_OP_MEMCPY) {
-        if (!atomic_load(&kind_on[KIND_MEMCPY])) return;
+        if (whole_graph || !atomic_load(&kind_on[KIND_MEMCPY])) return;
         struct mock_memcpy6 m;
         memset(&m, 0, sizeof m);
         int htod = r->copy_kind && !strcmp(r->copy_kind, "HtoD");
@@ -520,7 +576,7 @@ static void on_gpu_op(const simgpu_gpu_rec *r) {
         m.copyCount = 1;
         emit(&m, KIND_MEMCPY);
     } else if (r->kind == SIMGPU_OP_MEMSET) {
-        if (!atomic_load(&kind_on[KIND_MEMSET])) return;
+        if (whole_graph || !atomic_load(&kind_on[KIND_MEMSET])) return;
         struct mock_memset4 m;
         memset(&m, 0, sizeof m);
         m.kind = KIND_MEMSET;
