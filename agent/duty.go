@@ -3,10 +3,12 @@ package agent
 import "github.com/specprof/specprof/cupti"
 
 // Duty-cycled GPU tracing (SPECPROF_CUPTI_DUTY in the target, `specprof run
-// --cupti-duty`): the injected library records kernels, copies and sets only
-// in windows, and says when each opens and closes. API records (and so the
-// join of every launch) stay on. A cycle has GPU figures only when it lies
-// wholly inside a window; the others keep their CPU figures and are counted.
+// --cupti-duty`): the injected library records kernels, copies, sets and
+// the API and synchronization records that join them only in windows, and
+// says when each opens and closes: outside the windows CUPTI does nothing
+// per call. A cycle has GPU figures only when it lies wholly inside a
+// window; the others keep their CPU figures (from eBPF) and are counted, and
+// so are the launches made outside windows (Loss.LaunchesUntraced).
 
 type traceWindow struct{ open, close uint64 } // close 0: still open
 

@@ -25,8 +25,11 @@ func (a *Agent) newJoiner() error {
 		// The library forwards CUPTI's buffers in order, and CUPTI writes a
 		// thread's API records as its calls return.
 		InOrder: true,
-		OnFinal: a.onGPUFinal,
-		OnJoin:  a.onGPUJoin,
+		// Duty-cycled tracing records no API records outside its windows:
+		// launches made there are not lost records.
+		Untraced: func(pid int, t uint64) bool { return !a.traced(pid, t, t) },
+		OnFinal:  a.onGPUFinal,
+		OnJoin:   a.onGPUJoin,
 	})
 	if err != nil {
 		return err
@@ -174,6 +177,7 @@ func (a *Agent) joinLoss() {
 	s := a.joiner.Stats()
 	l := &a.rep.Loss
 	l.LaunchesWithoutAPI = s.UnmatchedLaunches
+	l.LaunchesUntraced = s.UntracedLaunches
 	l.GPUUnhooked = s.GPUNoLaunch
 	l.GPUWithoutAPI = s.GPUNoAPI
 	l.GPULate = s.Late

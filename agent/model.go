@@ -131,11 +131,15 @@ type Loss struct {
 	SampleTornFrames uint64 `json:"cpu_sample_torn_frames"`
 	// Joining launches with CUPTI records (see correlate.Stats).
 	LaunchesWithoutAPI uint64 `json:"launches_without_cupti_api_record"`
-	GPUUnhooked        uint64 `json:"gpu_records_of_unhooked_calls"`
-	GPUWithoutAPI      uint64 `json:"gpu_records_without_api_record"`
-	GPULate            uint64 `json:"gpu_records_late"`
-	GPUDuplicates      uint64 `json:"gpu_records_duplicated"`
-	GPUPending         uint64 `json:"gpu_records_pending"`
+	// LaunchesUntraced are launches made outside the duty-cycled tracing
+	// windows (--cupti-duty), when the library records no API records: not
+	// a loss, counted so that every launch is accounted for.
+	LaunchesUntraced uint64 `json:"launches_outside_gpu_windows,omitempty"`
+	GPUUnhooked      uint64 `json:"gpu_records_of_unhooked_calls"`
+	GPUWithoutAPI    uint64 `json:"gpu_records_without_api_record"`
+	GPULate          uint64 `json:"gpu_records_late"`
+	GPUDuplicates    uint64 `json:"gpu_records_duplicated"`
+	GPUPending       uint64 `json:"gpu_records_pending"`
 }
 
 // Report is the result of a session.

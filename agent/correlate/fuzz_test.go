@@ -16,10 +16,10 @@ func garbage(t testing.TB, next func(n uint64) uint64, ops int, o Options[Key]) 
 	finals := map[Key]int{}
 	o.OnFinal = func(k Key, s *KeyStats) {
 		finals[k]++
-		if s.Kernels == 0 && (s.BusyNs != 0 || s.SpanNs() != 0) {
+		if s.Kernels+s.Graphs == 0 && (s.BusyNs != 0 || s.SpanNs() != 0) {
 			t.Fatalf("no kernels but %+v", s)
 		}
-		if s.BusyNs > s.KernelNs || s.BusyNs > s.SpanNs() {
+		if s.BusyNs > s.KernelNs+s.GraphNs || s.BusyNs > s.SpanNs() {
 			t.Fatalf("busy exceeds sum or span: %+v", s)
 		}
 	}

@@ -365,8 +365,7 @@ func (j *Joiner[K]) AdvanceGPU(pid int, ns uint64) {
 				if satAdd(e.t, j.h) > ns {
 					break
 				}
-				j.st.UnmatchedLaunches++
-				p.liveL--
+				p.unmatched(pid, e.t)
 			}
 			th.lh++
 			p.entL--
@@ -803,13 +802,22 @@ func (p *proc[K]) nonEmpty(th *thread, launches bool) *thread {
 	return nil
 }
 
+// unmatched decides a live launch at ktime t that never got an API record.
+func (p *proc[K]) unmatched(pid int, t uint64) {
+	if u := p.j.o.Untraced; u != nil && u(pid, t) {
+		p.j.st.UntracedLaunches++
+	} else {
+		p.j.st.UnmatchedLaunches++
+	}
+	p.liveL--
+}
+
 func (p *proc[K]) evictLaunch(th *thread) bool {
 	if th = p.nonEmpty(th, true); th == nil {
 		return false
 	}
 	if e := &th.ls[th.lh]; e.key >= 0 {
-		p.j.st.UnmatchedLaunches++
-		p.liveL--
+		p.unmatched(p.pid, e.t)
 	}
 	p.j.st.CapEvictions++
 	th.lh++
@@ -930,8 +938,7 @@ func (p *proc[K]) flush() {
 		for i := th.lh; i < len(th.ls); i++ {
 			if th.ls[i].key >= 0 {
 				th.ls[i].key = -1
-				p.j.st.UnmatchedLaunches++
-				p.liveL--
+				p.unmatched(p.pid, th.ls[i].t)
 			}
 		}
 	}

@@ -602,3 +602,31 @@ func TestSteadyStateAllocs(t *testing.T) {
 		t.Fatalf("%.1f allocs per step of %d records", a, w.perStep)
 	}
 }
+
+// TestUntracedLaunches: a launch left without an API record is untraced
+// when Options.Untraced says no API records were being made at its time
+// (duty-cycled tracing, outside a window), unmatched otherwise; matched
+// launches are not asked about.
+func TestUntracedLaunches(t *testing.T) {
+	r := newRec()
+	var asked []uint64
+	j := newJoiner(t, r, Options[Key]{Untraced: func(pid int, t uint64) bool {
+		asked = append(asked, t)
+		return pid == 1 && t < 500
+	}})
+	j.Launch(1, 11, 100, k1) // outside the window: untraced
+	j.Launch(1, 11, 600, k2) // inside: its record was lost
+	j.Launch(1, 11, 700, k1) // inside, joined
+	j.API(api(1, 11, 7, 690, 710))
+	j.GPU(kern(1, 7, 720, 730, 1))
+	j.AdvanceCPU(1, 10_000)
+	j.AdvanceGPU(1, 1_000_000)
+	s := j.Stats()
+	if s.UntracedLaunches != 1 || s.UnmatchedLaunches != 1 || s.MatchedLaunches != 1 {
+		t.Fatalf("%+v", s)
+	}
+	if len(asked) != 2 {
+		t.Errorf("asked about %v, want the two launches without records", asked)
+	}
+	checkIdentities(t, s)
+}

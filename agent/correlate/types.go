@@ -148,6 +148,13 @@ type Options[K comparable] struct {
 	// a launch stays unmatched (counted).
 	InOrder bool
 
+	// Untraced, when set, says whether a launch of pid at ktime t was made
+	// while the CUPTI library recorded no API records (duty-cycled tracing,
+	// outside a window): such a launch, left without an API record, is
+	// counted UntracedLaunches instead of UnmatchedLaunches. Called under
+	// the Joiner's caller's lock, when the launch is decided.
+	Untraced func(pid int, t uint64) bool
+
 	MaxLaunches int // pending launches (deque entries)
 	MaxAPIs     int // API records waiting on the CPU watermark
 	MaxGPU      int // GPU records buffered while their API record is missing or undecided
@@ -218,7 +225,7 @@ func (s *KeyStats) SpanNs() uint64 {
 // Stats counts what a Joiner saw. Every input lands in exactly one
 // category, so at any time:
 //
-//	Launches   == MatchedLaunches + UnmatchedLaunches + PendingLaunches
+//	Launches   == MatchedLaunches + UnmatchedLaunches + UntracedLaunches + PendingLaunches
 //	APIs       == MatchedAPIs + APINoLaunch + DuplicateAPIs + PendingAPIs
 //	GPURecords == Joined + GPUNoLaunch + GPUNoAPI + DuplicateGPU + Late + PendingGPU
 //
@@ -230,6 +237,7 @@ type Stats struct {
 
 	MatchedLaunches   uint64 // launches joined to an API record
 	UnmatchedLaunches uint64 // launches whose API record never came (CUPTI lost it)
+	UntracedLaunches  uint64 // launches without API record made while none were recorded (Options.Untraced)
 	LateLaunches      uint64 // launches whose key was already finalized (their records count as Late)
 	SharedAPI         uint64 // launches inside an API record another launch had already matched
 	PreemptedLaunches uint64 // of MatchedLaunches, matched by the InOrder rule (before the record's start - Slack)

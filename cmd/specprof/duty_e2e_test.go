@@ -64,7 +64,10 @@ func TestCUPTIDuty(t *testing.T) {
 	if main.Untraced == 0 || main.Untraced >= cycles {
 		t.Errorf("%d of %d cycles outside the windows", main.Untraced, cycles)
 	}
-	if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 {
+	// Outside the windows CUPTI records no API records either: those
+	// launches are counted apart, and none inside a window lacks its record
+	// (the library lets the calls in progress return before it closes one).
+	if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 || l.LaunchesUntraced == 0 {
 		t.Errorf("losses with duty-cycled tracing: %+v", l)
 	}
 	if !strings.Contains(string(out), "GPU traced in windows") {

@@ -276,17 +276,36 @@ static const uint16_t tracked_cbids[] = {
 
 static __thread uint32_t t_corr, t_cbid;
 
+/* Beyond the highest cbid of any CUPTI so far (13.0: under 800 driver, under 500 runtime); CUPTI
+ * refuses the ids it does not know, which costs nothing. */
+#define SPC_MAX_CBID 1024
+static uint8_t g_tracked[SPC_MAX_CBID]; /* tracked_cbids as a set (written before callbacks are on) */
+
+/* Tracked driver calls in progress (duty-cycled tracing): a window closes only once the calls that
+ * may have made GPU records have returned and so have their API records. A generation bumped at each
+ * window opening discards calls that entered in an earlier one (their exit callback may never
+ * come once the callbacks are off). */
+static atomic_int g_inflight;
+static atomic_uint g_inflight_gen;
+static __thread unsigned t_inflight_gen; /* generation + 1 of this thread's call in progress, 0: none */
+
 static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *data) {
     (void)ud;
     if (atomic_load_explicit(&g_forked, memory_order_relaxed) || !data) return;
     if (domain == SPC_DOMAIN_DRIVER_API) {
         const struct spc_callback_data *cd = data;
+        unsigned gen = atomic_load_explicit(&g_inflight_gen, memory_order_relaxed);
+        int tracked = cbid < SPC_MAX_CBID && g_tracked[cbid];
         if (cd->callbackSite == SPC_API_ENTER) {
-            t_corr = cd->correlationId;
-            t_cbid = cbid;
+            if (tracked) t_corr = cd->correlationId, t_cbid = cbid;
+            if (t_inflight_gen != gen + 1) {
+                t_inflight_gen = gen + 1;
+                atomic_fetch_add_explicit(&g_inflight, 1, memory_order_relaxed);
+            }
         } else {
-            t_corr = 0;
-            t_cbid = 0;
+            if (tracked) t_corr = 0, t_cbid = 0;
+            if (t_inflight_gen == gen + 1) atomic_fetch_sub_explicit(&g_inflight, 1, memory_order_relaxed);
+            t_inflight_gen = 0;
         }
         return;
     }
@@ -402,9 +421,11 @@ static const struct {
 };
 static uint32_t g_enabled_types; /* record-type bits actually enabled (sender/init only) */
 
-/* Duty-cycled GPU tracing (cfg.duty_*; sender thread only): the GPU kinds that windows switch,
- * whether one is open, since when, and when the next switch is due. */
+/* Duty-cycled GPU tracing (cfg.duty_*; sender thread only): the kinds that windows switch (the GPU
+ * records and the API and synchronization records that join them: outside a window CUPTI does
+ * nothing per call), whether one is open, since when, and when the next switch is due. */
 #define K_GPU (K_KERNEL | K_MEMCPY | K_MEMSET | K_GRAPH)
+#define K_WINDOWED (K_GPU | K_API | K_SYNC)
 static uint32_t g_duty_types;
 static int g_window_open;
 static uint64_t g_window_start, g_next_toggle;
@@ -425,14 +446,10 @@ static int kept(const uint16_t *set, size_t n, uint32_t cbid) {
     return lo < n && set[lo] == cbid;
 }
 
-/* Beyond the highest cbid of any CUPTI so far (13.0: under 800 driver, under 500 runtime); CUPTI
- * refuses the ids it does not know, which costs nothing. */
-#define SPC_MAX_CBID 1024
-
 /* API records only for the calls that make, wait for or capture GPU work (api_filter.h): the
  * others (a dozen per eager PyTorch launch) would each cost the application thread a record. */
 static void filter_api_records(void) {
-    if (cfg.all_api || !(g_enabled_types & K_API)) return;
+    if (cfg.all_api || !((g_enabled_types | g_duty_types) & K_API)) return;
     if (!C.ActivityEnableDriverApi || !C.ActivityEnableRuntimeApi) {
         LOG_ONCE(L_FILTER, "this CUPTI cannot select API records per call (cuptiActivityEnableDriverApi needs "
                            "CUDA 12.5+); every driver and runtime call is recorded, at a higher cost");
@@ -446,15 +463,24 @@ static void filter_api_records(void) {
     }
 }
 
+/* The launch and capture calls (the creating call of graph nodes); with duty-cycled tracing also
+ * every call whose API record is kept (api_filter.h), to know which are in progress when a window
+ * closes. */
 static void set_driver_callbacks(uint32_t on) {
-    for (size_t i = 0; i < sizeof tracked_cbids / sizeof tracked_cbids[0]; i++)
+    for (size_t i = 0; i < sizeof tracked_cbids / sizeof tracked_cbids[0]; i++) {
+        g_tracked[tracked_cbids[i]] = 1;
         (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, tracked_cbids[i]);
+    }
+    if (g_duty_types & K_API)
+        for (size_t i = 0; i < sizeof kept_driver_cbids / sizeof kept_driver_cbids[0]; i++)
+            if (!g_tracked[kept_driver_cbids[i]])
+                (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, kept_driver_cbids[i]);
 }
 
 static void enable_collection(void) {
     atomic_store(&g_collecting, 1);
     g_enabled_types = 0;
-    g_duty_types = cfg.duty_period_ns ? cfg.kinds & K_GPU : 0;
+    g_duty_types = cfg.duty_period_ns ? cfg.kinds & K_WINDOWED : 0;
     g_window_open = 0;
     g_next_toggle = 0; /* the first window opens at once */
     for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
@@ -468,23 +494,46 @@ static void enable_collection(void) {
                      result_str(r));
     }
     filter_api_records();
-    set_driver_callbacks(1);
+    /* Duty-cycled: the launch callbacks (the creating call of captured graph nodes) follow the
+     * windows too, so graphs captured outside a window have nodes without their creating call. */
+    if (!g_duty_types) set_driver_callbacks(1);
 }
 
-static void set_gpu_kinds(uint32_t on) {
-    for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
-        if (!(g_duty_types & kind_map[i].type_bit)) continue;
-        spc_result r = on ? C.ActivityEnable(kind_map[i].kind) : C.ActivityDisable(kind_map[i].kind);
-        if (r != SPC_SUCCESS && on)
-            LOG_ONCE(L_ENABLE, "cuptiActivityEnable(%s): %s; that kind is not collected", kind_map[i].name,
-                     result_str(r));
+/* Opening: the API records before the GPU records, closing: the GPU records first, so that no GPU
+ * record of a window lacks the API record that joins it. */
+static void set_window_kinds(uint32_t on) {
+    if (on) {
+        atomic_store(&g_inflight, 0);
+        atomic_fetch_add(&g_inflight_gen, 1);
     }
+    for (int pass = 0; pass < 2; pass++) {
+        if (!on && pass == 1 && (g_duty_types & K_API)) {
+            /* The GPU kinds are off: let the calls in progress return (and write their API records),
+             * at most 20 ms, then 1 ms more for the runtime call around a driver call. */
+            struct timespec step = {0, 20000}, grace = {0, 1000000};
+            for (int i = 0; i < 1000 && atomic_load(&g_inflight) > 0; i++) nanosleep(&step, NULL);
+            nanosleep(&grace, NULL);
+        }
+        uint32_t want = (pass == 0) == (on != 0) ? g_duty_types & ~K_GPU : g_duty_types & K_GPU;
+        for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
+            if (!(want & kind_map[i].type_bit)) continue;
+            spc_result r = on ? C.ActivityEnable(kind_map[i].kind) : C.ActivityDisable(kind_map[i].kind);
+            if (r != SPC_SUCCESS && on)
+                LOG_ONCE(L_ENABLE, "cuptiActivityEnable(%s): %s; that kind is not collected", kind_map[i].name,
+                         result_str(r));
+        }
+        if (on && pass == 0) {
+            filter_api_records();
+            set_driver_callbacks(1);
+        }
+    }
+    if (!on) set_driver_callbacks(0);
 }
 
 static void disable_collection(void) {
     atomic_store(&g_collecting, 0);
     if (g_window_open) {
-        set_gpu_kinds(0);
+        set_window_kinds(0);
         g_window_open = 0;
     }
     set_driver_callbacks(0);
@@ -901,14 +950,14 @@ static uint64_t duty_step(uint64_t now) {
     if (now < g_next_toggle) return g_next_toggle;
     struct spw_window w;
     if (!g_window_open) {
-        set_gpu_kinds(1);
+        set_window_kinds(1);
         g_window_start = mono_ns();
         g_window_open = 1;
         g_next_toggle = g_window_start + cfg.duty_on_ns;
         w.open = g_window_start, w.close = 0;
     } else {
         uint64_t end = mono_ns();
-        set_gpu_kinds(0);
+        set_window_kinds(0);
         g_window_open = 0;
         g_next_toggle = g_window_start + cfg.duty_period_ns;
         w.open = g_window_start, w.close = end;
