@@ -247,6 +247,9 @@ def main():
     g.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks (one GPU each)")
     g.add_argument("--tp-rank", type=int, default=None, help=argparse.SUPPRESS)
     g.add_argument("--master-port", type=int, default=29517, help="torch.distributed rendezvous port")
+    g.add_argument("--tp-dist", action="store_true",
+                   help="run as a tensor-parallel rank even with --tp-size 1 (torch.distributed over one GPU, "
+                        "an all-reduce per block): checks the distributed path on a single-GPU host")
     g.add_argument("--hang-dump-s", type=float, default=0,
                    help="with --tp-size: a rank still running after this many seconds prints every thread's "
                         "Python stack and exits (faulthandler), so a hung collective shows where")
@@ -334,15 +337,18 @@ def run_sglang(args):
         notes.append("--windows is ignored with --worker sglang")
     workload = "eagle-" + ("graph" if args.graphs == "on" else "eager")
     tp, rank = args.tp_size, args.tp_rank or 0
-    if tp > 1:
+    dist_on = tp > 1 or args.tp_dist  # torch.distributed and sharded models (a rank of --tp-size)
+    if dist_on:
         workload += "-tp%d" % tp
     res = {"workload": workload, "ok": False, "timing": timing, "graphs": args.graphs,
            "steps": args.steps, "pid": os.getpid(), "notes": notes, "tp_size": tp, "tp_rank": rank}
     t_start = time.monotonic()
     torch.manual_seed(args.seed)
     dev = "cuda"
-    if tp > 1:
+    if dist_on:
         import torch.distributed as dist
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(args.master_port or 29517))
         if args.hang_dump_s > 0:
             import faulthandler
             faulthandler.dump_traceback_later(args.hang_dump_s, exit=True)
@@ -375,10 +381,10 @@ def run_sglang(args):
             agree = speclm.agreement(draft, target, args.vocab, args.max_pos, device=dev)
         res.update(noise_scale=scale, agreement=agree, draft_params=n_draft, target_params=n_target)
         _log("noise scale %.6g, draft/target agreement %.3f" % (scale, agree))
-        if tp > 1 and not args.calibrate_only:
+        if dist_on and not args.calibrate_only:
             # Calibrated on the whole models (no collectives, the same on every rank), then sharded.
-            speclm.shard_tp(draft, rank, tp)
-            speclm.shard_tp(target, rank, tp)
+            speclm.shard_tp(draft, rank, tp, force=True)
+            speclm.shard_tp(target, rank, tp, force=True)
             res["agreement_tp"] = speclm.agreement(draft, target, args.vocab, args.max_pos, device=dev)
             res["allreduce_bytes"] = {"draft_step": args.hidden * 2, "verify": (args.steps + 1) * args.hidden * 2,
                                       "draft_extend": (args.steps + 1) * args.hidden * 2}
@@ -393,7 +399,7 @@ def run_sglang(args):
         w = EAGLEWorker(draft, target, args.steps, ph)
         if args.graphs == "on":
             w.init_cuda_graphs()
-            if tp > 1:
+            if dist_on:
                 _log("rank %d: CUDA graphs captured" % rank)
         w.reset()
         for _ in range(args.warmup):
@@ -432,11 +438,11 @@ def run_sglang(args):
             res["profiler_post_s"] = time.monotonic() - t1
     toks = w.output_ids[n0:]
     cycles = len(w.accept_lengths) - c0
-    if tp > 1:
-        if args.nccl_perf:
-            sizes = sorted(set(res["allreduce_bytes"].values())) + [1 << 16, 1 << 19, 1 << 22, 1 << 25, 1 << 28]
-            res["nccl_perf"] = nccl_perf(sizes, tp)
-        torch.distributed.destroy_process_group()
+    if dist_on and args.nccl_perf:
+        sizes = sorted(set(res["allreduce_bytes"].values())) + [1 << 16, 1 << 19, 1 << 22, 1 << 25, 1 << 28]
+        res["nccl_perf"] = nccl_perf(sizes, tp)
+    # No destroy_process_group(): after NCCL work was captured in a CUDA graph it can hang in
+    # ncclCommDestroy (pytorch/pytorch#115388); a rank leaves with os._exit once its result is out.
     res.update(
         ok=True, cycles=cycles, tokens=len(toks), token_hash=benchphase.token_hash(toks),
         loop_s=dt, tok_s=len(toks) / dt, cycle_ms=dt / cycles * 1e3 if cycles else None,
@@ -454,6 +460,10 @@ def run_sglang(args):
     _log("%d cycles, %d tokens, %.1f tok/s, accept length %.3f, cycle %.3f ms"
          % (cycles, len(toks), res["tok_s"], res["accept_len"] or 0.0, res["cycle_ms"] or 0.0))
     benchphase.write_result(args.result, res)
+    if dist_on:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def nccl_perf(sizes, world):
@@ -515,6 +525,7 @@ def launch_tp(args):
         sys.exit(128 + signum)
     signal.signal(signal.SIGTERM, stop)
     rcs = [None] * n
+    all_written = None
     while any(rc is None for rc in rcs):
         for i, p in enumerate(procs):
             if rcs[i] is None:
@@ -523,6 +534,15 @@ def launch_tp(args):
                     for q in procs:
                         if q.poll() is None:
                             q.kill()
+        if all_written is None and all(os.path.exists(x) for x in paths):
+            all_written = time.monotonic()
+        if all_written is not None and time.monotonic() - all_written > 20:
+            _log("ranks still running 20 s after writing their results: killed")
+            for i, q in enumerate(procs):
+                if q.poll() is None:
+                    q.kill()
+                    q.wait()
+                    rcs[i] = 0  # its result is complete
         time.sleep(0.05)
     ranks = []
     for path in paths:

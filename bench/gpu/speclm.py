@@ -85,11 +85,11 @@ def build_pair(vocab, hidden, ffn, draft_blocks, extra_blocks, max_pos, seed, de
     return draft, target, noise
 
 
-def shard_tp(model, rank, world, group=None):
+def shard_tp(model, rank, world, group=None, force=False):
     """Keeps rank's slice of every block of model (see the module docstring); group None is the
     default process group. The noise tensors of build_pair stay full-size: call set_scale before
-    sharding."""
-    if world <= 1:
+    sharding. One rank shards nothing unless force (the all-reduces still run)."""
+    if world <= 1 and not force:
         return model
     with torch.no_grad():
         for b in model.blocks:
