@@ -125,15 +125,7 @@ func (a *Agent) traceCall(p *process, t *thread, e *bpf.APIEvent, ph uint16, m *
 		if !e.API.IsCollective() {
 			return
 		}
-		dt, red, peer := e.NCCLArgs()
-		sz, ok := dtypeSize[dt]
-		if !ok {
-			sz = 1
-		}
-		pt.Collectives = append(pt.Collectives, Collective{
-			Op: strings.TrimPrefix(e.API.String(), "nccl"), API: e.API.String(), Time: e.Ktime,
-			Count: e.Arg0, Dtype: ncclDtypeName(dt), Reduce: ncclRedName(red), Bytes: int64(e.Arg0) * sz,
-			Comm: e.Handle, Stream: e.Stream, Peer: peer, Site: a.frameOf(p, e.Py.LeafCode, e.Py.LeafInstr)})
+		pt.Collectives = append(pt.Collectives, a.collectiveOf(p, e))
 	}
 }
 
@@ -208,7 +200,7 @@ func (a *Agent) onGPUJoin(k correlate.Key, r *correlate.GPURecord) {
 		st = cc.phase(k.Phase, m)
 	}
 	act := GPUActivity{Kind: r.Kind.String(), Name: name, Start: r.Start, End: r.End, Device: r.Device, Stream: r.Stream,
-		Corr: r.Corr, Bytes: r.Bytes, Launch: r.APIStart, GraphID: r.GraphID}
+		Corr: r.Corr, Bytes: r.Bytes, Launch: r.APIStart, GraphID: r.GraphID, GraphNode: r.GraphNode}
 	if coll {
 		if st != nil && r.End > r.Start {
 			st.CollGPUNs += int64(r.End - r.Start)
@@ -315,12 +307,17 @@ func (a *Agent) collectiveGPU(p *process, pt *PhaseTrace, ks []GPUActivity) {
 		}
 		// A kernel no call of the phase explains: a custom all-reduce, or
 		// an NCCL kernel replayed from a CUDA graph (its call happened at
-		// capture). Its size is not known.
+		// capture: graphcoll.go finds it; else its size is not known).
 		c := Collective{Op: "AllReduce", Time: k.Launch, Kernel: k.Name, GPUStart: k.Start, GPUEnd: k.End, Peer: -1,
 			Ranks: ranks}
 		if nccl {
 			c.Op, c.Reduce, c.Dtype = ncclKernelOp(k.Name)
 			c.Algorithm, c.Protocol = ncclAlgoProto(k.Name)
+			if cap := a.capturedCollective(p, k.GraphNode); cap != nil {
+				c.Op, c.API, c.Count, c.Dtype, c.Reduce, c.Bytes = cap.Op, cap.API, cap.Count, cap.Dtype, cap.Reduce, cap.Bytes
+				c.Comm, c.Peer, c.Site, c.Captured = cap.Comm, cap.Peer, cap.Site, true
+				c.AlgBWGBps, c.BusBWGBps = bandwidth(c.Op, c.Bytes, c.GPUNs(), ranks)
+			}
 		}
 		pt.Collectives = append(pt.Collectives, c)
 	}

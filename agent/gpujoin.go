@@ -28,6 +28,7 @@ func (a *Agent) newJoiner() error {
 		// Duty-cycled tracing records no API records outside its windows:
 		// launches made there are not lost records.
 		Untraced: func(pid int, t uint64) bool { return !a.traced(pid, t, t) },
+		OnMatch:  a.onLaunchMatch,
 		OnFinal:  a.onGPUFinal,
 		OnJoin:   a.onGPUJoin,
 	})
@@ -117,6 +118,7 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 	}
 	pid := int(c.Info().Pid)
 	a.noteWindows(pid, b.Windows)
+	a.noteGraphNodes(pid, b.GraphNodes)
 	var wm uint64
 	al := a.aliases(pid)
 	for _, r := range outermost(b.APIs, al) {
@@ -140,7 +142,7 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 			names[k.NameID] = kernelName{name: n, coll: isCollectiveKernel(n)}
 		}
 		a.joiner.GPU(&correlate.GPURecord{Start: k.Start, End: k.End, PID: pid, Corr: al.of(k.CorrelationID), Stream: k.Stream,
-			Device: k.Device, Name: k.NameID, GraphID: k.GraphID, Kind: correlate.Kernel})
+			Device: k.Device, Name: k.NameID, GraphID: k.GraphID, GraphNode: k.GraphNodeID, Kind: correlate.Kernel})
 		wm = max(wm, k.End)
 	}
 	for i := range b.GraphExecs {

@@ -29,7 +29,8 @@ type process struct {
 
 	// Cycle timelines (cycletrace.go).
 	frames      map[siteKey]Frame
-	cycleFrame  Frame // the preset's cycle function, once seen
+	cycleFrame  Frame          // the preset's cycle function, once seen
+	capColls    *capturedColls // collectives captured into CUDA graphs (graphcoll.go)
 	titleRead   bool
 	title       string
 	rank        int
@@ -259,6 +260,7 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 
 	acc := t.acc(ph, e.Ktime, m)
 	a.joinLaunch(p, t, e, ph)
+	a.noteCaptureChain(p, t, e)
 	if e.Type == bpf.EvColl && e.API.IsCollective() {
 		p.collectives = true
 	}

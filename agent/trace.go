@@ -68,12 +68,16 @@ type GPUActivity struct {
 	// API record's start): the tail of a launch → kernel flow arrow.
 	Launch  uint64 `json:"launch"`
 	GraphID uint32 `json:"graph_id,omitempty"`
+	// GraphNode is the executed graph node of a replayed kernel.
+	GraphNode uint64 `json:"graph_node,omitempty"`
 	// Site is the innermost Python frame of the launching call, when known.
 	Site Frame `json:"site"`
 }
 
 // Collective is one NCCL call (or a custom all-reduce kernel recognised by
-// name) with what is known of its GPU side.
+// name) with what is known of its GPU side. A collective replayed from a
+// CUDA graph has the arguments and site of the call that was captured
+// (Captured).
 type Collective struct {
 	Op       string `json:"op"`              // AllReduce, AllGather, ... (the NCCL call without "nccl")
 	API      string `json:"api,omitempty"`   // the hooked call; empty for a kernel recognised by name
@@ -97,6 +101,9 @@ type Collective struct {
 	Ranks     int     `json:"ranks,omitempty"`
 	AlgBWGBps float64 `json:"algbw_gbps,omitempty"`
 	BusBWGBps float64 `json:"busbw_gbps,omitempty"`
+	// Captured is set on a collective replayed from a CUDA graph whose
+	// arguments come from the captured call (its Time is the replay's).
+	Captured bool `json:"captured,omitempty"`
 	// Arrival compares the collective across the tensor-parallel ranks,
 	// nil when not compared.
 	Arrival *Arrival `json:"arrival,omitempty"`

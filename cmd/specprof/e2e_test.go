@@ -367,7 +367,7 @@ func checkCycles(t *testing.T, truthPath, cyclesPath string, rep *agent.Report, 
 				if c.TID != p.PID {
 					continue
 				}
-				if co.API != "" {
+				if co.API != "" && !co.Captured {
 					colls = append(colls, co)
 				} else if strings.HasPrefix(co.Kernel, "ncclDevKernel") {
 					ncclKernels = append(ncclKernels, co)
@@ -431,5 +431,42 @@ func checkCycles(t *testing.T, truthPath, cyclesPath string, rep *agent.Report, 
 	}
 	if d := len(wantReplayed) - len(ncclKernels); d < 0 || d > unmatched {
 		t.Errorf("%d NCCL kernels replayed from graphs in cycles, %d shown as collectives", len(wantReplayed), len(ncclKernels))
+	}
+	// A replayed collective carries the arguments of the call captured into
+	// its graph node: replayed kernel (graph, node) → the captured node →
+	// its capturing launch → the collective call that made that launch.
+	type gnode struct{ graph, node uint64 }
+	capturedBy := map[gnode]uint64{} // node → capturing launch's corr
+	collByLaunch := map[uint64]testenv.TruthRecord{}
+	replayAt := map[[2]uint64]gnode{} // kernel [start, end] → its node
+	for _, r := range recs {
+		switch r.Kind {
+		case "graph_node":
+			capturedBy[gnode{r.GraphID, uint64(r.NodeID)}] = r.Corr
+		case "coll":
+			collByLaunch[r.KernelCorr] = r
+		case "kernel":
+			if r.GraphID != 0 {
+				replayAt[[2]uint64{r.Start, r.End}] = gnode{r.GraphID, uint64(r.NodeID)}
+			}
+		}
+	}
+	withArgs := 0
+	for i, co := range ncclKernels {
+		n, ok := replayAt[[2]uint64{co.GPUStart, co.GPUEnd}]
+		w, ok2 := collByLaunch[capturedBy[n]]
+		if !ok || !ok2 {
+			t.Errorf("replayed collective %d (%s [%d, %d]): no captured call in the simulation", i, co.Kernel, co.GPUStart, co.GPUEnd)
+			continue
+		}
+		if !co.Captured || co.Bytes != int64(w.Bytes) || co.Count != w.Count || co.Op != w.Op || co.Site.IsZero() {
+			t.Errorf("replayed collective %d: captured %v, %s %d elements %d bytes, site %q; captured call %s %d elements %d bytes",
+				i, co.Captured, co.Op, co.Count, co.Bytes, co.Site, w.Op, w.Count, w.Bytes)
+			continue
+		}
+		withArgs++
+	}
+	if len(wantReplayed) > 0 && withArgs == 0 {
+		t.Errorf("no replayed collective carries its captured call's arguments")
 	}
 }

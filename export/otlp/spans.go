@@ -275,6 +275,9 @@ func (e *Exporter) emitCollective(ctx context.Context, tr trace.Tracer, c *agent
 	if onGPU {
 		attrs = append(attrs, attribute.Int64("specprof.collective.call_to_start_ns", int64(c.GPUStart)-int64(c.Time)))
 	}
+	if c.Captured {
+		attrs = append(attrs, attribute.Bool("specprof.collective.captured", true))
+	}
 	if ar := c.Arrival; ar != nil {
 		attrs = append(attrs,
 			attribute.Int("specprof.collective.last_rank", ar.LastRank),

@@ -265,6 +265,9 @@ func collArgs(c *agent.Collective) []arg {
 	if c.GPUEnd > c.GPUStart {
 		a = append(a, iArg("gpu_ns", c.GPUNs()), fArg("algbw_gbps", c.AlgBWGBps), fArg("busbw_gbps", c.BusBWGBps))
 	}
+	if c.Captured {
+		a = append(a, iArg("captured", 1))
+	}
 	if ar := c.Arrival; ar != nil {
 		a = append(a, iArg("last_rank", int64(ar.LastRank)), iArg("wait_ns", ar.WaitNs), iArg("spread_ns", ar.SpreadNs))
 	}
