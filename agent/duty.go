@@ -1,6 +1,9 @@
 package agent
 
-import "github.com/specprof/specprof/cupti"
+import (
+	"github.com/specprof/specprof/agent/correlate"
+	"github.com/specprof/specprof/cupti"
+)
 
 // Duty-cycled GPU tracing (SPECPROF_CUPTI_DUTY in the target, `specprof run
 // --cupti-duty`): the injected library records kernels, copies, sets and
@@ -77,6 +80,33 @@ func (a *Agent) traced(pid int, first, last uint64) bool {
 	}
 	return false
 }
+
+// gpuWindow is the extent of a cycle's kernels on the GPU. A cycle counts
+// as traced only when its GPU work, too, lies inside the window: kernels
+// still running when CUPTI's kernel tracing is switched off can come with
+// times that do not describe them (seen on the H200: graph replays in flight
+// at a window's close).
+type gpuWindow struct{ first, last uint64 }
+
+func (w *gpuWindow) add(ks *correlate.KeyStats) {
+	if ks.Kernels+ks.Graphs == 0 {
+		return
+	}
+	if w.first == 0 || ks.FirstStart < w.first {
+		w.first = ks.FirstStart
+	}
+	w.last = max(w.last, ks.LastEnd)
+}
+
+// from and to widen the CPU interval [first, last] to the GPU work.
+func (w gpuWindow) from(first uint64) uint64 {
+	if w.first != 0 && w.first < first {
+		return w.first
+	}
+	return first
+}
+
+func (w gpuWindow) to(last uint64) uint64 { return max(last, w.last) }
 
 // stripGPU removes the GPU figures of a cycle outside the tracing windows:
 // its launches were joined, but their GPU work was not recorded.

@@ -3,6 +3,7 @@ package agent
 import (
 	"testing"
 
+	"github.com/specprof/specprof/agent/correlate"
 	"github.com/specprof/specprof/cupti"
 )
 
@@ -39,5 +40,31 @@ func TestTraced(t *testing.T) {
 	}
 	if !a.traced(2, 1, 2) {
 		t.Error("another process without windows: traced")
+	}
+}
+
+// TestGPUWindow: a cycle's extent for the window check covers its kernels
+// (and whole-graph executions) on the GPU as well as its calls; copies-only
+// keys do not move it.
+func TestGPUWindow(t *testing.T) {
+	a := &Agent{}
+	a.noteWindows(1, []cupti.Window{{Open: 100, Close: 200}})
+	var w gpuWindow
+	w.add(&correlate.KeyStats{Memcpys: 1})
+	if w.from(120) != 120 || w.to(150) != 150 {
+		t.Fatalf("no kernels: %+v", w)
+	}
+	w.add(&correlate.KeyStats{Kernels: 2, FirstStart: 130, LastEnd: 180})
+	if !a.traced(1, w.from(120), w.to(150)) {
+		t.Error("GPU work inside the window: not traced")
+	}
+	w.add(&correlate.KeyStats{Graphs: 1, FirstStart: 160, LastEnd: 260})
+	if a.traced(1, w.from(120), w.to(150)) {
+		t.Error("a graph still running after the window closed: traced")
+	}
+	var early gpuWindow
+	early.add(&correlate.KeyStats{Kernels: 1, FirstStart: 90, LastEnd: 110})
+	if a.traced(1, early.from(120), early.to(150)) {
+		t.Error("a kernel that started before the window opened: traced")
 	}
 }

@@ -84,6 +84,7 @@ func (a *Agent) onGPUFinal(k correlate.Key, ks *correlate.KeyStats) {
 		pa.addGPU(g)
 		t.gpu = true
 	case t.inCycle && k.Cycle == t.cycleNo:
+		t.earlyGPUWin.add(ks)
 		// A long cycle: its phase finished on the GPU before the cycle closed.
 		if prev := t.earlyGPU[k.Phase]; prev != nil {
 			prev.addGPU(g)
@@ -96,6 +97,7 @@ func (a *Agent) onGPUFinal(k correlate.Key, ks *correlate.KeyStats) {
 			return // already folded (forced at the end of the session)
 		}
 		cc.phase(k.Phase, m).addGPU(g)
+		cc.gpuWin.add(ks)
 		cc.gpuPending--
 		a.drain(p, t, m, false)
 	}

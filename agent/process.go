@@ -83,11 +83,12 @@ type thread struct {
 	winNs    int64
 	winGPU   bool
 
-	curKeys  map[uint16]bool        // phase keys of the open cycle sent to the joiner
-	earlyGPU map[uint16]*PhaseStats // GPU results that came before the cycle closed
-	closed   []*closedCycle         // closed cycles waiting for their GPU side, in order
-	byCycle  map[int]*closedCycle
-	gpu      bool
+	curKeys     map[uint16]bool        // phase keys of the open cycle sent to the joiner
+	earlyGPU    map[uint16]*PhaseStats // GPU results that came before the cycle closed
+	earlyGPUWin gpuWindow              // their kernels' extent
+	closed      []*closedCycle         // closed cycles waiting for their GPU side, in order
+	byCycle     map[int]*closedCycle
+	gpu         bool
 
 	untraced    int // cycles outside the GPU tracing windows (duty.go)
 	winUntraced int // of the current window
@@ -424,8 +425,10 @@ type closedCycle struct {
 	spans map[uint16][2]uint64
 	build *cycleBuild
 	trace *CycleTrace
-	// first and last call, for duty-cycled GPU tracing (duty.go)
+	// first and last call, and the first and last GPU time of its kernels,
+	// for duty-cycled GPU tracing (duty.go)
 	first, last uint64
+	gpuWin      gpuWindow
 }
 
 func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
@@ -468,6 +471,8 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 		}
 	}
 	t.curKeys = map[uint16]bool{}
+	cc.gpuWin = t.earlyGPUWin
+	t.earlyGPUWin = gpuWindow{}
 	t.earlyGPU = map[uint16]*PhaseStats{}
 	t.closed = append(t.closed, cc)
 	if t.byCycle == nil {
@@ -496,7 +501,7 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 		}
 		t.closed = t.closed[1:]
 		delete(t.byCycle, cc.no)
-		if cc.gpu && !a.traced(p.pid, cc.first, cc.last) {
+		if cc.gpu && !a.traced(p.pid, cc.gpuWin.from(cc.first), cc.gpuWin.to(cc.last)) {
 			cc.stripGPU()
 			t.untraced++
 			t.winUntraced++
