@@ -317,6 +317,10 @@ func (a *Agent) collectiveGPU(p *process, pt *PhaseTrace, ks []GPUActivity) {
 				c.Op, c.API, c.Count, c.Dtype, c.Reduce, c.Bytes = cap.Op, cap.API, cap.Count, cap.Dtype, cap.Reduce, cap.Bytes
 				c.Comm, c.Peer, c.Site, c.Captured = cap.Comm, cap.Peer, cap.Site, true
 				c.AlgBWGBps, c.BusBWGBps = bandwidth(c.Op, c.Bytes, c.GPUNs(), ranks)
+				if st := pt.Stats; st != nil { // the phase's collectives include its replayed ones
+					st.Colls++
+					st.CollBytes += c.Bytes
+				}
 			}
 		}
 		pt.Collectives = append(pt.Collectives, c)

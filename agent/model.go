@@ -15,9 +15,11 @@ type PhaseStats struct {
 	Syncs       int64  `json:"syncs"`        // blocking calls
 	SyncWaitNs  int64  `json:"sync_wait_ns"` // CPU time blocked in those calls
 	CPUSpanNs   int64  `json:"cpu_span_ns"`  // sum over cycles of first-to-last call (incl. sync returns)
-	Colls       int64  `json:"collectives"`
-	CollBytes   int64  `json:"collective_bytes"`
-	Markers     int64  `json:"markers"` // event records, async copies, captures
+	// Collective calls, plus (with Options.OnCycle) the collectives
+	// replayed from CUDA graphs whose captured call is known.
+	Colls     int64 `json:"collectives"`
+	CollBytes int64 `json:"collective_bytes"`
+	Markers   int64 `json:"markers"` // event records, async copies, captures
 	// CPU time from the CPU sampler: the samples taken in the phase and the
 	// time they stand for (samples × period).
 	CPUSamples int64 `json:"cpu_samples,omitempty"`
