@@ -28,11 +28,9 @@ type dutyState struct {
 // (cycles that old have been decided long before).
 const maxWindows = 4096
 
-// noteWindows records a batch's WINDOW records (under a.mu).
-func (a *Agent) noteWindows(pid int, ws []cupti.Window) {
-	if len(ws) == 0 {
-		return
-	}
+// dutyCycled marks pid's GPU tracing as duty-cycled (its library's HELLO
+// says so), before its first window arrives: until then nothing is traced.
+func (a *Agent) dutyCycled(pid int) *dutyState {
 	if a.duty == nil {
 		a.duty = map[int]*dutyState{}
 	}
@@ -41,6 +39,15 @@ func (a *Agent) noteWindows(pid int, ws []cupti.Window) {
 		d = &dutyState{}
 		a.duty[pid] = d
 	}
+	return d
+}
+
+// noteWindows records a batch's WINDOW records (under a.mu).
+func (a *Agent) noteWindows(pid int, ws []cupti.Window) {
+	if len(ws) == 0 {
+		return
+	}
+	d := a.dutyCycled(pid)
 	for _, w := range ws {
 		if d.first == 0 || w.Open < d.first {
 			d.first = w.Open
@@ -115,6 +122,7 @@ func (cc *closedCycle) stripGPU() {
 	for _, st := range cc.phases {
 		st.GPUCycles, st.GPUKernels, st.GPUBusyNs, st.GPUSpanNs, st.GPUKernelNs = 0, 0, 0, 0, 0
 		st.GPUMemcpys, st.GPUMemcpyBytes, st.GPUMemcpyNs, st.CollGPUNs = 0, 0, 0, 0
+		st.GPUGraphs, st.GPUGraphNs = 0, 0
 	}
 	if cc.build != nil {
 		for _, pt := range cc.build.phases {

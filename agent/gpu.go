@@ -89,6 +89,11 @@ func (h *GPUHandler) of(c *cupti.Conn) *GPUStats {
 
 // Open implements cupti.Handler.
 func (h *GPUHandler) Open(c *cupti.Conn) {
+	if hello := c.Info().Hello; hello.Types&(1<<cupti.TypeWindow) != 0 {
+		h.a.mu.Lock()
+		h.a.dutyCycled(int(hello.Pid))
+		h.a.mu.Unlock()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.of(c)

@@ -42,12 +42,16 @@ func (a *Agent) newJoiner() error {
 // joinLaunch hands a call that makes GPU work to the joiner, when the
 // process's CUPTI library is connected.
 func (a *Agent) joinLaunch(p *process, t *thread, e *bpf.APIEvent, ph uint16) {
-	if a.joiner == nil || !a.gpu.connected(p.pid) {
-		return
-	}
 	switch e.API {
 	case bpf.APILaunchKernel, bpf.APILaunchKernelEx, bpf.APIGraphLaunch, bpf.APIMemcpyDtoH, bpf.APIMemcpyDtoHAsync:
 	default:
+		return
+	}
+	if a.joiner == nil || !a.gpu.connected(p.pid) {
+		// The library may already record this launch's work while its
+		// connection is not known here yet: the cycle's GPU side would be
+		// partial (closeCycle).
+		t.unjoined = t.unjoined || t.inCycle
 		return
 	}
 	k := correlate.Key{Thread: t.tid, Phase: ph}

@@ -76,8 +76,10 @@ type Window struct {
 	CycleNs    int64         `json:"cycle_ns"` // sum of cycle wall spans (first to last call)
 	GPU        bool          `json:"gpu"`      // GPU columns are known (CUPTI records joined)
 	Phases     []*PhaseStats `json:"phases"`
-	// Untraced cycles of the window lie outside the GPU tracing windows
-	// (duty-cycled tracing): GPU figures are per traced cycle.
+	// Untraced cycles of the window have no GPU figures: they lie outside
+	// the GPU tracing windows (duty-cycled tracing), or began before the
+	// CUPTI connection (ThreadReport.GPUPartial). GPU figures are per
+	// traced cycle.
 	Untraced int `json:"cycles_outside_gpu_windows,omitempty"`
 }
 
@@ -97,6 +99,10 @@ type ThreadReport struct {
 	// Untraced counts cycles outside the GPU tracing windows (duty-cycled
 	// tracing): they have CPU figures only.
 	Untraced int `json:"cycles_outside_gpu_windows,omitempty"`
+	// GPUPartial counts cycles that made launches both before and after the
+	// process's CUPTI library connection was known: their GPU figures
+	// would be incomplete and are left out.
+	GPUPartial int `json:"cycles_gpu_partial,omitempty"`
 }
 
 // ProcessReport describes one traced process.

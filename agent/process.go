@@ -90,8 +90,10 @@ type thread struct {
 	byCycle     map[int]*closedCycle
 	gpu         bool
 
-	untraced    int // cycles outside the GPU tracing windows (duty.go)
-	winUntraced int // of the current window
+	untraced    int  // cycles outside the GPU tracing windows (duty.go)
+	unjoined    bool // the open cycle made a launch before the CUPTI connection was known
+	gpuPartial  int  // cycles with launches before and after it: GPU figures left out
+	winUntraced int  // of the current window
 	total       map[uint16]*PhaseStats
 	outside     map[uint16]*phaseAcc
 	totalNs     int64
@@ -429,6 +431,9 @@ type closedCycle struct {
 	// for duty-cycled GPU tracing (duty.go)
 	first, last uint64
 	gpuWin      gpuWindow
+	// partial: some launches were made before the CUPTI connection was
+	// known, others after: the GPU figures would be incomplete.
+	partial bool
 }
 
 func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
@@ -470,6 +475,8 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 			}
 		}
 	}
+	cc.partial = cc.gpu && t.unjoined
+	t.unjoined = false
 	t.curKeys = map[uint16]bool{}
 	cc.gpuWin = t.earlyGPUWin
 	t.earlyGPUWin = gpuWindow{}
@@ -501,7 +508,12 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 		}
 		t.closed = t.closed[1:]
 		delete(t.byCycle, cc.no)
-		if cc.gpu && !a.traced(p.pid, cc.gpuWin.from(cc.first), cc.gpuWin.to(cc.last)) {
+		switch {
+		case cc.partial:
+			cc.stripGPU()
+			t.gpuPartial++
+			t.winUntraced++
+		case cc.gpu && !a.traced(p.pid, cc.gpuWin.from(cc.first), cc.gpuWin.to(cc.last)):
 			cc.stripGPU()
 			t.untraced++
 			t.winUntraced++
@@ -560,7 +572,7 @@ func (p *process) report(a *Agent) *ProcessReport {
 	}
 	order := func(id uint16) int { return a.phaseOrder(id, m) }
 	for _, t := range p.threads {
-		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced,
+		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: t.gpuPartial,
 			Phases: sortedStats(t.total, order), Outside: sortedStats(outsideStats(t.outside), order), Calls: t.calls, Resolved: t.resolved})
 	}
 	sort.Slice(r.Threads, func(i, j int) bool { return r.Threads[i].TID < r.Threads[j].TID })

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,16 +20,7 @@ import (
 // per-phase busy time; the others have no GPU figures and are counted; the
 // report states the windows and their share of the time.
 func TestCUPTIDuty(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("end-to-end")
-	}
-	injLib, mockCupti, std := testenv.BuildInjection(t)
-	bin := specprofBin(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	injLib, mockCupti, std, bin, root := standins(t)
 	dir := t.TempDir()
 	const cycles = 400
 	cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
@@ -40,14 +32,7 @@ func TestCUPTIDuty(t *testing.T) {
 	if err != nil {
 		t.Fatalf("specprof run: %v\n%s", err, out)
 	}
-	var rep agent.Report
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, dir)
 	p := rep.Processes[0]
 	var main *agent.ThreadReport
 	for _, th := range p.Threads {
@@ -94,15 +79,19 @@ func TestCUPTIDuty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	traced, untraced := 0, 0
+	var mainCycles []agent.CycleTrace
 	for _, line := range strings.Split(strings.TrimSpace(string(f)), "\n") {
 		var c agent.CycleTrace
 		if err := json.Unmarshal([]byte(line), &c); err != nil {
 			t.Fatal(err)
 		}
-		if c.TID != p.PID {
-			continue
+		if c.TID == p.PID {
+			mainCycles = append(mainCycles, c)
 		}
+	}
+	sort.Slice(mainCycles, func(i, j int) bool { return mainCycles[i].Start < mainCycles[j].Start })
+	traced, untraced := 0, 0
+	for ci, c := range mainCycles {
 		if !c.GPU {
 			untraced++
 			for _, ph := range c.Phases {
@@ -115,9 +104,14 @@ func TestCUPTIDuty(t *testing.T) {
 		traced++
 		i := sort.Search(len(ks), func(i int) bool { return ks[i].submit >= c.Start })
 		want := map[string][][2]uint64{}
-		// The stand-in stamps a launch just after its uprobe fired (the
-		// cycle's last call): allow it 200 us (cycles are milliseconds apart).
-		for ; i < len(ks) && ks[i].submit <= c.End+200_000; i++ {
+		// A kernel belongs to the cycle its launch was made in: the main
+		// thread's latest cycle started before it (the stand-in stamps a
+		// launch just after its uprobe fired, so after the cycle's start).
+		next := uint64(math.MaxUint64)
+		if ci+1 < len(mainCycles) {
+			next = mainCycles[ci+1].Start
+		}
+		for ; i < len(ks) && ks[i].submit < next; i++ {
 			want[ks[i].tag] = append(want[ks[i].tag], [2]uint64{ks[i].start, ks[i].end})
 		}
 		for _, ph := range c.Phases {
@@ -128,8 +122,9 @@ func TestCUPTIDuty(t *testing.T) {
 			}
 		}
 	}
-	if traced == 0 || untraced != main.Untraced || traced+untraced != cycles {
-		t.Errorf("%d traced and %d untraced cycle timelines; report: %d cycles, %d untraced", traced, untraced, cycles, main.Untraced)
+	if traced == 0 || untraced != main.Untraced+main.GPUPartial || traced+untraced != cycles {
+		t.Errorf("%d traced and %d untraced cycle timelines; report: %d cycles, %d untraced, %d begun before the connection",
+			traced, untraced, cycles, main.Untraced, main.GPUPartial)
 	}
 	t.Logf("%d cycles traced, %d outside the windows; duty %+v", traced, untraced, *p.Duty)
 }

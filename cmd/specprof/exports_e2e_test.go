@@ -35,16 +35,7 @@ import (
 // the Perfetto timeline through the format checker, and /metrics scraped
 // while the session runs.
 func TestRunExports(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("end-to-end")
-	}
-	injLib, mockCupti, std := testenv.BuildInjection(t)
-	bin := specprofBin(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	injLib, mockCupti, std, bin, root := standins(t)
 	py := newestInterpreter(t) // 3.11+ code objects carry qualified names (EAGLEWorker.verify)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
@@ -104,14 +95,7 @@ func TestRunExports(t *testing.T) {
 		}
 	}
 
-	var rep agent.Report
-	b, err := os.ReadFile(filepath.Join(out, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, out)
 	var target *agent.ProcessReport
 	for _, p := range rep.Processes {
 		if len(p.Threads) > 0 {

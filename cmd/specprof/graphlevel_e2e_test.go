@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,16 +20,7 @@ import (
 // is more than the union of its kernels, and that is what graph-level
 // tracing can know).
 func TestGraphLevelTracing(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("end-to-end")
-	}
-	injLib, mockCupti, std := testenv.BuildInjection(t)
-	bin := specprofBin(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	injLib, mockCupti, std, bin, root := standins(t)
 	py := testenv.Interpreters(t)[0]
 	dir := t.TempDir()
 	const cycles = 20
@@ -44,14 +34,7 @@ func TestGraphLevelTracing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("specprof run: %v\n%s", err, out)
 	}
-	var rep agent.Report
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, dir)
 	recs, err := testenv.ReadTruth(filepath.Join(dir, "truth.jsonl"))
 	if err != nil {
 		t.Fatal(err)

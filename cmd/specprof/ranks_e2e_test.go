@@ -13,7 +13,6 @@ import (
 
 	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/export/perfetto"
-	"github.com/specprof/specprof/internal/testenv"
 )
 
 // TestTensorParallelRanks: two tensor-parallel ranks (processes titled
@@ -27,16 +26,7 @@ import (
 // Jaeger shows each cycle of both ranks in one trace; the Perfetto timeline
 // holds both ranks' processes with the arrival figures.
 func TestTensorParallelRanks(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("end-to-end")
-	}
-	injLib, mockCupti, std := testenv.BuildInjection(t)
-	bin := specprofBin(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	injLib, mockCupti, std, bin, root := standins(t)
 	dir := t.TempDir()
 	start := filepath.Join(dir, "start")
 	const cycles = 20

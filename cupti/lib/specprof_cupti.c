@@ -1026,8 +1026,10 @@ static void send_hello(void) {
         .cuptiVersion = g_cupti_version,
         .driverVersion = S.driver_version > 0 ? S.driver_version : 0,
         .clockSource = (uint32_t)g_clock,
-        .types = g_enabled_types | (1u << SPW_HELLO) | (1u << SPW_STATS) | (1u << SPW_NAME) |
-                 (1u << SPW_GRAPH_NODE),
+        /* Duty-cycled: the windowed kinds and WINDOW records too; the agent knows from the HELLO
+         * that records exist only inside windows, before the first window's record comes. */
+        .types = g_enabled_types | g_duty_types | (1u << SPW_HELLO) | (1u << SPW_STATS) | (1u << SPW_NAME) |
+                 (1u << SPW_GRAPH_NODE) | (g_duty_types ? 1u << SPW_WINDOW : 0),
         .clockOffset = g_clock == SPW_CLOCK_OFFSET ? atomic_load(&g_offset) : 0,
         .connectTime = mono_ns(),
     };

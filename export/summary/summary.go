@@ -100,12 +100,15 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 		}
 		for _, t := range p.Threads {
 			fmt.Fprintf(w, "  tid %d: %d calls, %d cycles", t.TID, t.Calls, t.Cycles)
+			if t.GPUPartial > 0 {
+				fmt.Fprintf(w, " (%d begun before the CUPTI library connected: CPU figures only)", t.GPUPartial)
+			}
 			if t.Untraced > 0 {
 				fmt.Fprintf(w, " (%d outside the GPU tracing windows: CPU figures only)", t.Untraced)
 			}
 			if t.Cycles > 0 {
 				fmt.Fprintf(w, ", mean cycle %s ms\n", ms(float64(t.CycleNs)/float64(t.Cycles)))
-				if err := writePhases(w, t.Phases, float64(t.Cycles), float64(t.CycleNs), float64(t.Cycles-t.Untraced)); err != nil {
+				if err := writePhases(w, t.Phases, float64(t.Cycles), float64(t.CycleNs), float64(t.Cycles-t.Untraced-t.GPUPartial)); err != nil {
 					return err
 				}
 			} else {
