@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/export/pprof"
 	"github.com/specprof/specprof/internal/testenv"
 )
 
@@ -109,6 +110,26 @@ func TestGraphLevelTracing(t *testing.T) {
 	}
 	if l := rep.Loss; l.GPUWithoutAPI+l.GPULate > 0 {
 		t.Errorf("GPU records not joined: %+v", l)
+	}
+	// gpu_time (pprof) has the replays as leaves, and its GPU time adds up
+	// to the report's kernels and replays.
+	var wantNs, gotNs, graphLeaves int64
+	for _, p := range rep.Processes {
+		for _, th := range p.Threads {
+			for _, ph := range th.Phases {
+				wantNs += ph.GPUKernelNs + ph.GPUGraphNs
+			}
+		}
+	}
+	prof := readProfile(t, filepath.Join(dir, pprof.GPUTimeFile))
+	for _, s := range prof.Sample {
+		gotNs += s.Value[1]
+		if fn := s.Location[0].Line[0].Function.Name; strings.HasPrefix(fn, "graph ") {
+			graphLeaves += s.Value[0]
+		}
+	}
+	if gotNs != wantNs || graphLeaves < cycles {
+		t.Errorf("gpu_time: %d ns, %d graph replays; report: %d ns of kernels and replays", gotNs, graphLeaves, wantNs)
 	}
 	// The timeline names the replays.
 	c, err := os.ReadFile(filepath.Join(dir, "cycles.jsonl"))

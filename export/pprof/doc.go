@@ -5,7 +5,8 @@
 //     stack is abridged to what the agent knows of every launch: the
 //     preset's cycle function → the phase function → the launch site (the
 //     innermost Python frame of the driver call) → the kernel name as the
-//     leaf "function". Sample types: kernels (count), gpu (nanoseconds);
+//     leaf "function" ("graph N" for a whole graph replay under graph-level
+//     tracing). Sample types: kernels (count), gpu (nanoseconds);
 //     labels phase, device, stream (strings) and pid, tid (numbers).
 //   - sync_wait: the time the CPU was blocked in synchronizing calls, by
 //     the same abridged stack with the blocking API as the leaf. Sample

@@ -110,7 +110,9 @@ func (p *Profiles) AddCycle(c *agent.CycleTrace) {
 	for _, ph := range c.Phases {
 		for i := range ph.GPU {
 			g := &ph.GPU[i]
-			if g.Kind != "kernel" {
+			// Kernels, and whole graph replays under graph-level tracing
+			// (their first node's start to their last node's end).
+			if g.Kind != "kernel" && g.Kind != "graph" {
 				p.nonKernel++
 				continue
 			}
