@@ -61,6 +61,14 @@ func TestBadInput(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--rules", badRules, "--", "true")
 		wantErr(t, out, err, "rules.yaml", "(unclosed", "fix the regular expression")
 	})
+	t.Run("bad --cupti-graphs", func(t *testing.T) {
+		out, err := runBin(t, nil, "run", "--cupti-graphs", "nodes", "--", "true")
+		wantErr(t, out, err, "--cupti-graphs", "nodes", "'node'", "'graph'")
+	})
+	t.Run("bad --cupti-duty", func(t *testing.T) {
+		out, err := runBin(t, nil, "run", "--cupti-duty", "2s/1s", "--", "true")
+		wantErr(t, out, err, "--cupti-duty", "2s/1s", "ON <= PERIOD")
+	})
 	t.Run("missing command", func(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--", "/nonexistent/cmd")
 		wantErr(t, out, err, "/nonexistent/cmd")
