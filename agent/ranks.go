@@ -19,6 +19,10 @@ import (
 // one cycle of every rank in one view. A cycle another rank never reaches
 // is handed on unannotated once its rank is maxHeldCycles ahead, or when
 // the session ends.
+//
+// One tensor-parallel group per session: ranks are told apart by their TP
+// rank alone (data-parallel replicas, each with its own TP0, would be
+// taken for restarts of one another: trace one replica per session).
 
 // RankStats is one rank's part in the collectives compared across ranks.
 type RankStats struct {
