@@ -33,15 +33,19 @@ func WriteWindow(w io.Writer, title string, win *agent.Window) error {
 // writePhases prints the phase table: per-cycle figures over cycles, GPU
 // figures over gpuCycles (fewer with duty-cycled GPU tracing).
 func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs, gpuCycles float64) error {
-	gpu, cpu := false, false
+	gpu, cpu, graphs := false, false, false
 	for _, p := range phases {
 		gpu = gpu || p.GPUCycles > 0
 		cpu = cpu || p.CPUSamples > 0 // the CPU sampler ran
+		graphs = graphs || p.GPUGraphs > 0
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := "phase\tlaunches/cyc\tgraph/cyc\tcpu span ms\t% cycle\tsync wait ms\tsyncs/cyc\tcoll/cyc\tcoll MB/cyc\t"
 	if gpu {
 		hdr += "gpu busy ms\tgpu % cycle\tkernels/cyc\tcoll % gpu\t"
+		if graphs { // graph-level tracing: replays counted whole, their kernels not
+			hdr += "gpu graphs/cyc\t"
+		}
 	}
 	if cpu {
 		hdr += "cpu ms\t"
@@ -68,6 +72,9 @@ func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs, gpuCy
 			gc := max(gpuCycles, 1)
 			busy := float64(p.GPUBusyNs) / gc
 			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t", ms(busy), 100*busy/max(cycleNs/cycles, 1), float64(p.GPUKernels)/gc, share)
+			if graphs {
+				fmt.Fprintf(tw, "%.1f\t", float64(p.GPUGraphs)/gc)
+			}
 		}
 		if cpu {
 			fmt.Fprintf(tw, "%s\t", ms(float64(p.CPUNs)/cycles))
