@@ -55,7 +55,7 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # Variants of (c) that split its cost (not run unless named in --methods): every CUPTI API record
 # (SPECPROF_CUPTI_API=all, the library's filter off), and the tracer alone without the CPU
 # sampler and the pprof/Perfetto outputs (which keep every GPU record).
-EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph"]
+EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong"]
 LABEL = {
     "none": "(a) none",
     "ebpf": "(b) specprof eBPF only",
@@ -68,12 +68,13 @@ LABEL = {
     "fulllean": "(c3) specprof full, no CPU sampler, no pprof/Perfetto",
     "fullduty": "(c4) specprof full, GPU tracing in windows (--cupti-duty 100ms/1s)",
     "fullgraph": "(c5) specprof full, graph-level tracing of graph replays (--cupti-graphs graph)",
+    "fulldutylong": "(c6) specprof full, GPU tracing in longer windows (--cupti-duty 500ms/5s)",
     "calib": "calibration",
 }
 TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-profiler",
           "v3": "v3", "v4": "v4", "cudaev": "cuda-events", "fullall": "none", "fulllean": "none",
-          "fullduty": "none", "fullgraph": "none"}
-CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph")
+          "fullduty": "none", "fullgraph": "none", "fulldutylong": "none"}
+CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong")
 SPECPROF_METHODS = ("ebpf",) + CUPTI_METHODS
 WORKLOADS = ["hf", "eagle-graph", "eagle-eager"]
 FAMILY = {"hf": "hf", "eagle-graph": "eagle", "eagle-eager": "eagle"}
@@ -89,7 +90,7 @@ PHASE_ORDER = ["spec.draft", "spec.verify", "spec.accept", "spec.draft_extend", 
 NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows")
 # Seconds a run is expected to take before one was seen (budget planning).
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
-EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0,
+EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
@@ -260,6 +261,8 @@ def specprof_cmd(a, method, w, outdir, inner):
         cmd += ["--cupti-duty", "100ms/1s"]
     if method == "fullgraph":
         cmd += ["--cupti-graphs", "graph"]
+    if method == "fulldutylong":
+        cmd += ["--cupti-duty", "500ms/5s"]
     if method in CUPTI_METHODS and a.cupti_lib:
         cmd += ["--cupti-lib", a.cupti_lib]
     cmd += shlex.split(a.specprof_args)
