@@ -262,8 +262,10 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	a.advanceCycle(p, t, ph, cyc, e.Ktime, m)
 
 	acc := t.acc(ph, e.Ktime, m)
-	a.joinLaunch(p, t, e, ph)
+	// Before the join: a launch whose API record came first is matched
+	// (correlate.Options.OnMatch) inside joinLaunch.
 	a.noteCaptureChain(p, t, e)
+	a.joinLaunch(p, t, e, ph)
 	if e.Type == bpf.EvColl && e.API.IsCollective() {
 		p.collectives = true
 	}
