@@ -20,19 +20,8 @@ func TestCPUColumn(t *testing.T) {
 	if err := WriteWindow(&b, "t", win); err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(b.String(), "\n")
-	var hdr, draft, verify []string
-	for _, l := range lines {
-		f := strings.Fields(l)
-		switch {
-		case strings.Contains(l, "launches/cyc"):
-			hdr = f
-		case len(f) > 0 && f[0] == "spec.draft":
-			draft = f
-		case len(f) > 0 && f[0] == "spec.verify":
-			verify = f
-		}
-	}
+	hdr, rows := tableRows(b.String())
+	draft, verify := rows["spec.draft"], rows["spec.verify"]
 	if len(hdr) < 2 || hdr[len(hdr)-2] != "cpu" || hdr[len(hdr)-1] != "ms" {
 		t.Fatalf("no cpu ms column at the end of the header:\n%s", b.String())
 	}

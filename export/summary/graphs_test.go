@@ -20,18 +20,8 @@ func TestGraphsColumn(t *testing.T) {
 	if err := WriteWindow(&b, "t", win); err != nil {
 		t.Fatal(err)
 	}
-	var hdr, draft, accept []string
-	for _, l := range strings.Split(b.String(), "\n") {
-		f := strings.Fields(l)
-		switch {
-		case strings.Contains(l, "launches/cyc"):
-			hdr = f
-		case len(f) > 0 && f[0] == "spec.draft":
-			draft = f
-		case len(f) > 0 && f[0] == "spec.accept":
-			accept = f
-		}
-	}
+	hdr, rows := tableRows(b.String())
+	draft, accept := rows["spec.draft"], rows["spec.accept"]
 	if len(hdr) < 1 || hdr[len(hdr)-1] != "graphs/cyc" || draft[len(draft)-1] != "1.0" || accept[len(accept)-1] != "0.0" {
 		t.Fatalf("graphs column:\n%s", b.String())
 	}
@@ -43,4 +33,20 @@ func TestGraphsColumn(t *testing.T) {
 	if strings.Contains(b.String(), "graphs/cyc") {
 		t.Errorf("graphs column without replays:\n%s", b.String())
 	}
+}
+
+// tableRows splits a phase table into its header's fields and each phase
+// row's fields, by phase.
+func tableRows(out string) (hdr []string, rows map[string][]string) {
+	rows = map[string][]string{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case strings.Contains(l, "launches/cyc"):
+			hdr = f
+		case len(f) > 0:
+			rows[f[0]] = f
+		}
+	}
+	return hdr, rows
 }
