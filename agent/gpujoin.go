@@ -28,7 +28,6 @@ func (a *Agent) newJoiner() error {
 		// Duty-cycled tracing records no API records outside its windows:
 		// launches made there are not lost records.
 		Untraced: func(pid int, t uint64) bool { return !a.traced(pid, t, t) },
-		OnMatch:  a.onLaunchMatch,
 		OnFinal:  a.onGPUFinal,
 		OnJoin:   a.onGPUJoin,
 	})
@@ -125,6 +124,9 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 	pid := int(c.Info().Pid)
 	a.noteWindows(pid, b.Windows)
 	a.noteGraphNodes(pid, b.GraphNodes)
+	if p := a.procs[pid]; p != nil {
+		a.noteCollLaunches(p, b.APIs)
+	}
 	var wm uint64
 	al := a.aliases(pid)
 	for _, r := range outermost(b.APIs, al) {

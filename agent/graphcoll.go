@@ -12,11 +12,12 @@ import (
 // graph node (CUPTI's GRAPHNODE_CREATED names the launching call's
 // correlation id), and each replay runs a clone of the node (the replayed
 // kernel's record carries the clone's node id, GRAPHNODE_CLONED its
-// original). Following replayed kernel → clone → node → creating call →
-// the eBPF launch it matched → the collective call just before it gives a
-// replayed collective the arguments of the call that was captured: count,
-// dtype, bytes and the Python site. Without it a replayed NCCL kernel has
-// only its name (SGLang and vLLM replay their decode steps from graphs).
+// original). Following replayed kernel → clone → node → creating call (its
+// driver API record) → the eBPF launch inside it → the collective call just
+// before that launch gives a replayed collective the arguments of the call
+// that was captured: count, dtype, bytes and the Python site. Without it a
+// replayed NCCL kernel has only its name (SGLang and vLLM replay their
+// decode steps from graphs).
 
 // genMap is a map bounded to two generations of max entries each: old
 // entries are forgotten in bulk.
@@ -47,19 +48,30 @@ func (m *genMap[K, V]) get(k K) (V, bool) {
 // collective calls that created them.
 type capturedColls struct {
 	last     map[int]*Collective         // by thread: its latest collective call, until its next launch
-	byLaunch genMap[uint64, *Collective] // launch ktime → the collective call it launched for
-	byCorr   genMap[uint32, *Collective] // correlation id of that launch → the call
+	pending  map[int][]collLaunch        // by thread: collective launches waiting for their API record
+	prevEnd  map[int]uint64              // by thread: end of its latest API record
+	byCorr   genMap[uint32, *Collective] // correlation id of a collective's launch → the call
 	nodeCorr genMap[uint64, uint32]      // graph node → the correlation id of the call that created it
 	nodeOrig genMap[uint64, uint64]      // cloned node → its original
 }
 
-// maxCaptured bounds each map of capturedColls (two generations).
-const maxCaptured = 1 << 15
+// collLaunch is the kernel launch a collective call made.
+type collLaunch struct {
+	ktime uint64
+	c     *Collective
+}
+
+// maxCaptured bounds each map of capturedColls (two generations);
+// maxPendingColl the launches a thread keeps waiting for their records.
+const (
+	maxCaptured    = 1 << 15
+	maxPendingColl = 64
+)
 
 func (p *process) captured() *capturedColls {
 	if p.capColls == nil {
-		p.capColls = &capturedColls{last: map[int]*Collective{},
-			byLaunch: genMap[uint64, *Collective]{max: maxCaptured}, byCorr: genMap[uint32, *Collective]{max: maxCaptured},
+		p.capColls = &capturedColls{last: map[int]*Collective{}, pending: map[int][]collLaunch{}, prevEnd: map[int]uint64{},
+			byCorr:   genMap[uint32, *Collective]{max: maxCaptured},
 			nodeCorr: genMap[uint64, uint32]{max: maxCaptured}, nodeOrig: genMap[uint64, uint64]{max: maxCaptured}}
 	}
 	return p.capColls
@@ -79,10 +91,11 @@ func (a *Agent) collectiveOf(p *process, e *bpf.APIEvent) Collective {
 }
 
 // noteCaptureChain follows a thread's collective calls to the kernel launch
-// each makes (only while GPU records are joined: the chain needs CUPTI's
-// graph nodes).
+// each makes, when this session receives GPU records (Agent.GPU). It does
+// not wait for the process's CUPTI connection to be known: graphs are often
+// captured right after CUDA starts, as the library connects.
 func (a *Agent) noteCaptureChain(p *process, t *thread, e *bpf.APIEvent) {
-	if a.joiner == nil || !a.gpu.connected(p.pid) {
+	if a.gpu == nil {
 		return
 	}
 	switch {
@@ -90,25 +103,53 @@ func (a *Agent) noteCaptureChain(p *process, t *thread, e *bpf.APIEvent) {
 		c := a.collectiveOf(p, e)
 		p.captured().last[t.tid] = &c
 	case e.Type == bpf.EvLaunch && (e.API == bpf.APILaunchKernel || e.API == bpf.APILaunchKernelEx):
-		if p.capColls == nil {
+		cc := p.capColls
+		if cc == nil {
 			return
 		}
-		if c := p.capColls.last[t.tid]; c != nil {
-			p.capColls.byLaunch.put(e.Ktime, c)
-			delete(p.capColls.last, t.tid)
+		if c := cc.last[t.tid]; c != nil {
+			q := append(cc.pending[t.tid], collLaunch{e.Ktime, c})
+			if len(q) > maxPendingColl {
+				q = q[len(q)-maxPendingColl:]
+			}
+			cc.pending[t.tid] = q
+			delete(cc.last, t.tid)
 		}
 	}
 }
 
-// onLaunchMatch (correlate.Options.OnMatch) ties a collective's launch to
-// its correlation id.
-func (a *Agent) onLaunchMatch(pid int, corr uint32, ktime uint64) {
-	p := a.procs[pid]
-	if p == nil || p.capColls == nil {
+// noteCollLaunches ties collective launches to the correlation ids of their
+// API records, as the joiner does for every launch: the record that
+// contains the launch (within slack of its start), or, as the thread's
+// records come in order, the first record after the launch when it was
+// made after the thread's previous record ended (preempted before CUPTI
+// stamped the call).
+func (a *Agent) noteCollLaunches(p *process, apis []cupti.API) {
+	cc := p.capColls
+	if cc == nil {
 		return
 	}
-	if c, ok := p.capColls.byLaunch.get(ktime); ok {
-		p.capColls.byCorr.put(corr, c)
+	slack := uint64(a.opts.LaunchSlack)
+	for i := range apis {
+		r := &apis[i]
+		tid := int(r.Tid)
+		prev := cc.prevEnd[tid]
+		cc.prevEnd[tid] = max(prev, r.End)
+		q := cc.pending[tid]
+		j := -1
+		for k := len(q) - 1; k >= 0; k-- {
+			if q[k].ktime <= r.End {
+				j = k
+				break
+			}
+		}
+		if j < 0 {
+			continue
+		}
+		if l := q[j]; l.ktime+slack >= r.Start || l.ktime > prev {
+			cc.byCorr.put(r.CorrelationID, l.c)
+			cc.pending[tid] = q[j+1:]
+		}
 	}
 }
 
@@ -153,11 +194,8 @@ func (a *Agent) capturedCollective(p *process, node uint64) *Collective {
 	if !ok {
 		return nil
 	}
-	// The node names the driver call; the launch matched the runtime call
-	// around it when there was one.
-	if c, ok := cc.byCorr.get(a.aliases(p.pid).of(corr)); ok {
-		return c
-	}
+	// The node names the driver call (the launch callback's correlation
+	// id), as does the driver API record matched to the launch.
 	c, _ := cc.byCorr.get(corr)
 	return c
 }

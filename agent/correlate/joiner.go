@@ -179,9 +179,6 @@ func (j *Joiner[K]) Launch(pid, tid int, ktime uint64, key K) {
 		if i >= 0 {
 			p.matchLaunch(ki, kg)
 			e := &th.as[i]
-			if j.o.OnMatch != nil {
-				j.o.OnMatch(pid, e.corr, ktime)
-			}
 			if e.state == apiMatched {
 				j.st.SharedAPI++
 			} else {
@@ -237,9 +234,6 @@ func (j *Joiner[K]) API(r *APIRecord) {
 			} else {
 				j.st.SharedAPI++
 			}
-			if j.o.OnMatch != nil {
-				j.o.OnMatch(r.PID, r.Corr, e.t)
-			}
 			p.matchLaunch(e.key, e.gen)
 			e.key = -1
 			p.liveL--
@@ -252,9 +246,6 @@ func (j *Joiner[K]) API(r *APIRecord) {
 				if e := &th.ls[i]; e.key >= 0 && e.t > th.prevEnd {
 					ki, kg = e.key, e.gen
 					j.st.PreemptedLaunches++
-					if j.o.OnMatch != nil {
-						j.o.OnMatch(r.PID, r.Corr, e.t)
-					}
 					p.matchLaunch(e.key, e.gen)
 					e.key = -1
 					p.liveL--

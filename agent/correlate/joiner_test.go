@@ -630,27 +630,3 @@ func TestUntracedLaunches(t *testing.T) {
 	}
 	checkIdentities(t, s)
 }
-
-// TestOnMatch: each launch matched to its API record is reported with the
-// record's correlation id, whichever arrives first; unmatched launches are
-// not.
-func TestOnMatch(t *testing.T) {
-	r := newRec()
-	got := map[uint64]uint32{}
-	j := newJoiner(t, r, Options[Key]{OnMatch: func(pid int, corr uint32, ktime uint64) {
-		if pid != 1 {
-			t.Errorf("pid %d", pid)
-		}
-		got[ktime] = corr
-	}})
-	j.API(api(1, 11, 7, 90, 110)) // record first
-	j.Launch(1, 11, 100, k1)
-	j.Launch(1, 11, 200, k2) // launch first
-	j.API(api(1, 11, 8, 190, 210))
-	j.Launch(1, 11, 300, k1) // never matched
-	j.AdvanceCPU(1, 10_000)
-	j.AdvanceGPU(1, 1_000_000)
-	if len(got) != 2 || got[100] != 7 || got[200] != 8 {
-		t.Fatalf("matches %v", got)
-	}
-}

@@ -170,12 +170,6 @@ type Options[K comparable] struct {
 	// OnJoin receives each GPU record joined to a live key. r is valid
 	// only during the call.
 	OnJoin func(key K, r *GPURecord)
-
-	// OnMatch, when set, receives each launch matched to its API record:
-	// the launch's ktime and the record's correlation id (which names the
-	// call in CUPTI's other records, e.g. the graph nodes a launch during
-	// stream capture created).
-	OnMatch func(pid int, corr uint32, ktime uint64)
 	// OnFinal receives each key's final stats exactly once. s is valid only
 	// during the call, except s.Names, which the callee then owns.
 	OnFinal func(key K, s *KeyStats)
