@@ -287,6 +287,7 @@ static uint8_t g_tracked[SPC_MAX_CBID]; /* tracked_cbids as a set (written befor
  * come once the callbacks are off). */
 static atomic_int g_inflight;
 static atomic_uint g_inflight_gen;
+static atomic_int g_count_inflight; /* duty-cycled only: no shared counter on other launches' path */
 static __thread unsigned t_inflight_gen; /* generation + 1 of this thread's call in progress, 0: none */
 
 static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *data) {
@@ -294,17 +295,18 @@ static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *da
     if (atomic_load_explicit(&g_forked, memory_order_relaxed) || !data) return;
     if (domain == SPC_DOMAIN_DRIVER_API) {
         const struct spc_callback_data *cd = data;
-        unsigned gen = atomic_load_explicit(&g_inflight_gen, memory_order_relaxed);
+        int count = atomic_load_explicit(&g_count_inflight, memory_order_relaxed);
+        unsigned gen = count ? atomic_load_explicit(&g_inflight_gen, memory_order_relaxed) : 0;
         int tracked = cbid < SPC_MAX_CBID && g_tracked[cbid];
         if (cd->callbackSite == SPC_API_ENTER) {
             if (tracked) t_corr = cd->correlationId, t_cbid = cbid;
-            if (t_inflight_gen != gen + 1) {
+            if (count && t_inflight_gen != gen + 1) {
                 t_inflight_gen = gen + 1;
                 atomic_fetch_add_explicit(&g_inflight, 1, memory_order_relaxed);
             }
         } else {
             if (tracked) t_corr = 0, t_cbid = 0;
-            if (t_inflight_gen == gen + 1) atomic_fetch_sub_explicit(&g_inflight, 1, memory_order_relaxed);
+            if (count && t_inflight_gen == gen + 1) atomic_fetch_sub_explicit(&g_inflight, 1, memory_order_relaxed);
             t_inflight_gen = 0;
         }
         return;
@@ -481,6 +483,7 @@ static void enable_collection(void) {
     atomic_store(&g_collecting, 1);
     g_enabled_types = 0;
     g_duty_types = cfg.duty_period_ns ? cfg.kinds & K_WINDOWED : 0;
+    atomic_store(&g_count_inflight, (g_duty_types & K_API) != 0);
     g_window_open = 0;
     g_next_toggle = 0; /* the first window opens at once */
     for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
