@@ -157,14 +157,7 @@ func TestRunAttributesEveryCall(t *testing.T) {
 						t.Errorf("expected calls from two threads, got %d", len(truth))
 					}
 
-					var rep agent.Report
-					b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := json.Unmarshal(b, &rep); err != nil {
-						t.Fatal(err)
-					}
+					rep := readReport(t, dir)
 					checkReport(t, &rep, cycles)
 					checkKernels(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "events.jsonl"))
 					checkGPUBusy(t, filepath.Join(dir, "truth.jsonl"), &rep, mode == "eager")

@@ -385,14 +385,8 @@ func (r *otlpRun) finish(t *testing.T, err error) {
 	if err != nil {
 		t.Fatalf("specprof run: %v\n%s", err, r.out)
 	}
-	b, err := os.ReadFile(filepath.Join(r.dir, "report.json"))
-	if err != nil {
-		t.Fatalf("report: %v\n%s", err, r.out)
-	}
-	r.rep = &agent.Report{}
-	if err := json.Unmarshal(b, r.rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, r.dir)
+	r.rep = &rep
 }
 
 func runDemoOTLP(t *testing.T, cycles int, workload []string, otlpArgs ...string) *otlpRun {

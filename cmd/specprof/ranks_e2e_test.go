@@ -75,14 +75,7 @@ func TestTensorParallelRanks(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("specprof run: %v\n%s\n%s", err, out.String(), errText.String())
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep agent.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, dir)
 	if len(rep.Processes) != 2 {
 		t.Fatalf("%d processes traced, want the two ranks", len(rep.Processes))
 	}

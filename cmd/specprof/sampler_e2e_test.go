@@ -61,14 +61,7 @@ func TestRunCPUSampler(t *testing.T) {
 		if len(truth) == 0 {
 			t.Fatalf("no result line from the workload:\n%s", out)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rep agent.Report
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatal(err)
-		}
+		rep := readReport(t, dir)
 		return string(out), &rep, truth
 	}
 
