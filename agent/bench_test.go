@@ -12,7 +12,10 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/agent/phase"
@@ -37,7 +40,10 @@ func BenchmarkLaunchCost(b *testing.B) {
 	}
 	backend := envOr("SPECPROF_BENCH_BACKEND", "sim")
 	python := envOr("SPECPROF_BENCH_PYTHON", "python3")
-	cmd := exec.Command(python, filepath.Join(root, "testdata/workloads/launch_bench.py"), "--backend", backend)
+	// SPECPROF_BENCH_PER_BATCH lengthens each measurement (400 launches per
+	// batch, 15 batches by default).
+	cmd := exec.Command(python, filepath.Join(root, "testdata/workloads/launch_bench.py"), "--backend", backend,
+		"--per-batch", envOr("SPECPROF_BENCH_PER_BATCH", "400"))
 	cmd.Env = os.Environ()
 	if backend == "sim" {
 		cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+testenv.BuildStandins(b))
@@ -95,9 +101,37 @@ func BenchmarkLaunchCost(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("SPECPROF_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
+	depths := []int{10, 40, 200}
+	if v := os.Getenv("SPECPROF_BENCH_DEPTHS"); v != "" {
+		depths = nil
+		for _, f := range strings.Split(v, ",") {
+			d, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || d < 1 {
+				b.Fatalf("SPECPROF_BENCH_DEPTHS=%q: want comma-separated depths ≥ 1", v)
+			}
+			depths = append(depths, d)
+		}
+	}
+	// The kernel's own account of the programs' run time: what the BPF
+	// program costs apart from the trap around it.
+	if c, err := bpf.EnableStats(); err == nil {
+		defer c.Close()
+	} else {
+		b.Logf("no BPF run-time statistics: %v", err)
+	}
+	progNS := func(prog string) (time.Duration, uint64) {
+		st, err := tr.ProgramStats(prog)
+		if err != nil {
+			return 0, 0
+		}
+		return st.Runtime, st.RunCount
+	}
 	for i := 0; i < b.N; i++ {
-		for _, depth := range []int{10, 40, 200} {
+		for _, depth := range depths {
 			var none, empty, full []float64
+			var emptyT, fullT time.Duration
+			var emptyN, fullN uint64
+			var agentCPU time.Duration
 			for r := 0; r < rounds; r++ {
 				none = append(none, measure(depth))
 
@@ -105,14 +139,30 @@ func BenchmarkLaunchCost(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				t0, n0 := progNS("")
 				empty = append(empty, measure(depth))
+				t1, n1 := progNS("")
+				emptyT, emptyN = emptyT+t1-t0, emptyN+n1-n0
 				l.Close()
 
 				if err := ag.AttachRunning(pid); err != nil {
 					b.Fatal(err)
 				}
+				t0, n0 = progNS("sp_launch_kernel")
+				c0 := cpuTime()
 				full = append(full, measure(depth))
+				agentCPU += cpuTime() - c0
+				t1, n1 = progNS("sp_launch_kernel")
+				fullT, fullN = fullT+t1-t0, fullN+n1-n0
 				ag.Detach(pid)
+			}
+			if emptyN > 0 && fullN > 0 {
+				pe := float64(emptyT.Nanoseconds()) / float64(emptyN)
+				pf := float64(fullT.Nanoseconds()) / float64(fullN)
+				b.ReportMetric(pf, fmt.Sprintf("ns/bpf-prog-specprof-d%d", depth))
+				pa := float64(agentCPU.Nanoseconds()) / float64(fullN)
+				b.ReportMetric(pa, fmt.Sprintf("ns/agent-cpu-d%d", depth))
+				b.Logf("depth %3d: BPF program alone (kernel run-time stats): empty %.0f ns, specprof %.0f ns per launch; the agent's CPU time %.0f ns per launch", depth, pe, pf, pa)
 			}
 			de, df := make([]float64, rounds), make([]float64, rounds)
 			for r := range none {
@@ -132,6 +182,15 @@ func BenchmarkLaunchCost(b *testing.B) {
 		b.Errorf("specprof attributed no launch to spec.verify: %v", phases)
 	}
 	b.Logf("launches attributed: %v", phases)
+}
+
+// cpuTime is this process's CPU time so far (the agent runs in it).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(xs []float64) float64 {

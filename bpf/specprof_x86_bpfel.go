@@ -274,6 +274,8 @@ type specprofTstateCache struct {
 	Low       [4]uint64
 	U_below   uint64
 	U_above   uint64
+	V_frame   uint64
+	V_code    uint64
 	NextFloor uint32
 	Pad       uint32
 }
@@ -287,14 +289,16 @@ type specprofWalkState struct {
 	Phase       uint16
 	Flags       uint16
 	Marker      uint32
-	Extra       uint32
 	Done        uint32
 	Record      uint32
 	Exact       uint32
 	Records     uint32
 	All         uint32
 	Settled     uint32
-	_           [4]byte
+	Nmax        uint32
+	Pad0        uint32
+	V_frame     uint64
+	V_code      uint64
 	Cmask       uint64
 	WinLo       uint64
 	WinLen      uint64
@@ -374,6 +378,7 @@ const (
 	specprofProgSpStreamSyncRet     = "sp_stream_sync_ret"
 	specprofProgSpStreamWaitEvent   = "sp_stream_wait_event"
 	specprofVarCodeCache            = "code_cache"
+	specprofVarPlainSig             = "plain_sig"
 	specprofVarUnusedApiEvent       = "unused_api_event"
 	specprofVarUnusedApiEventFull   = "unused_api_event_full"
 	specprofVarUnusedLibEvent       = "unused_lib_event"
@@ -490,6 +495,7 @@ type specprofMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type specprofVariableSpecs struct {
 	CodeCache           *ebpf.VariableSpec `ebpf:"code_cache"`
+	PlainSig            *ebpf.VariableSpec `ebpf:"plain_sig"`
 	UnusedApiEvent      *ebpf.VariableSpec `ebpf:"unused_api_event"`
 	UnusedApiEventFull  *ebpf.VariableSpec `ebpf:"unused_api_event_full"`
 	UnusedLibEvent      *ebpf.VariableSpec `ebpf:"unused_lib_event"`
@@ -562,6 +568,7 @@ func (m *specprofMaps) Close() error {
 // It can be passed to loadSpecprofObjects or ebpf.CollectionSpec.LoadAndAssign.
 type specprofVariables struct {
 	CodeCache           *ebpf.Variable `ebpf:"code_cache"`
+	PlainSig            *ebpf.Variable `ebpf:"plain_sig"`
 	UnusedApiEvent      *ebpf.Variable `ebpf:"unused_api_event"`
 	UnusedApiEventFull  *ebpf.Variable `ebpf:"unused_api_event_full"`
 	UnusedLibEvent      *ebpf.Variable `ebpf:"unused_lib_event"`

@@ -3,6 +3,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 )
 
 // PyConfig tells BPF how to walk one process's interpreter. All offsets are
@@ -48,6 +50,7 @@ type Lost struct {
 type Tracer struct {
 	objs   specprofObjects
 	rd     *ringbuf.Reader
+	rec    ringbuf.Record // Read's buffer
 	global []link.Link
 
 	mu    sync.Mutex
@@ -353,11 +356,13 @@ func (t *Tracer) program(name string) *ebpf.Program {
 // Read blocks until the next record and decodes it. It returns
 // ringbuf.ErrClosed (wrapped) after Close.
 func (t *Tracer) Read() (any, error) {
-	rec, err := t.rd.Read()
+	// One record buffer serves every read (Decode copies what it keeps):
+	// an allocation per record is garbage at the launch rate.
+	err := t.rd.ReadInto(&t.rec)
 	if err != nil {
 		return nil, fmt.Errorf("read ring buffer: %w", err)
 	}
-	ev, err := Decode(rec.RawSample)
+	ev, err := Decode(t.rec.RawSample)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrDecode, err)
 	}
@@ -437,4 +442,34 @@ func (t *Tracer) DetachLibraries(pid int) {
 			delete(t.links, k)
 		}
 	}
+}
+
+// ProgramStats returns the kernel's accumulated run time and run count of
+// the program named prog (e.g. "sp_launch_kernel", the one on
+// cuLaunchKernel), or of the empty baseline program for "": the cost of the
+// BPF program itself, without the uprobe trap around it. The kernel counts only while
+// BPF statistics are enabled (EnableStats, or the sysctl
+// kernel.bpf_stats_enabled).
+func (t *Tracer) ProgramStats(prog string) (*ebpf.ProgramStats, error) {
+	p := t.objs.SpEmpty
+	if prog != "" {
+		if p = t.program(prog); p == nil {
+			return nil, fmt.Errorf("program stats: no program named %q", prog)
+		}
+	}
+	st, err := p.Stats()
+	if err != nil {
+		return nil, fmt.Errorf("program stats %q: %w", prog, err)
+	}
+	return st, nil
+}
+
+// EnableStats turns on the kernel's BPF run-time statistics until the
+// returned closer is closed (they cost two clock reads per program run).
+func EnableStats() (io.Closer, error) {
+	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return nil, fmt.Errorf("enable BPF run-time statistics: %w", err)
+	}
+	return c, nil
 }

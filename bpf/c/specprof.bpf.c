@@ -192,13 +192,18 @@ struct walk_state {
 	__u16 phase;
 	__u16 flags;
 	__u32 marker;
-	__u32 extra;
 	__u32 done;
 	__u32 record;  /* second pass: every frame goes to frames[] */
 	__u32 exact;   /* the last frame's fields were read one by one */
 	__u32 records; /* API records submitted on this CPU (wakeup checks) */
 	__u32 all;     /* the sampler's walk: record every frame to the end */
 	__u32 settled; /* all: phase and cycle frame are final, only recording */
+	__u32 nmax;    /* walk_fast stops at this frame count (cycle search) */
+	__u32 _pad0;
+	/* The phase frame whose code object's qualname was last checked, and
+	 * that code object (tstate_cache.v_frame, v_code): while that frame
+	 * lives it holds its code object, which then cannot be reused. */
+	__u64 v_frame, v_code;
 	__u64 cmask;   /* code pointer mask (3.14 tags it) */
 	/* The down window: buf holds [win_lo, win_lo + win_len). */
 	__u64 win_lo;
@@ -286,6 +291,8 @@ struct tstate_cache {
 	__u64 low[SP_HINTS];
 	/* Extent the last walk used around its up window's anchor. */
 	__u64 u_below, u_above;
+	/* See walk_state.v_frame. */
+	__u64 v_frame, v_code;
 	__u32 next_floor;
 	__u32 _pad;
 };
@@ -359,11 +366,26 @@ static __always_inline __u32 cache_slot(__u32 pid, __u64 code)
 	return ((code ^ ((__u64)pid << 48)) * 0x9E3779B97F4A7C15ull) >> (64 - SP_CACHE_BITS);
 }
 
+/* The walk's hot loop asks one question of most frames: is this code object
+ * known to match nothing? plain_sig answers it with one load and compare:
+ * a slot holds the signature (code ^ tmix) * SP_SIG_MUL of a code object
+ * classified plain, where tmix mixes pid and generation (a generation bump
+ * retires every signature). For one pid and generation the multiplication
+ * by an odd constant is a bijection, so two code objects never share a
+ * signature; across pids a false match needs 64 bits to agree by chance. */
+#define SP_PLAIN_BITS 15
+#define SP_SIG_MUL 0x9E3779B97F4A7C15ull
+#define SP_TAG_MUL 0xD6E8FEB86659FD93ull
+__u64 plain_sig[1 << SP_PLAIN_BITS];
+
+static __always_inline __u64 plain_sig_of(__u64 code, __u64 tmix) { return (code ^ tmix) * SP_SIG_MUL; }
+
 struct walk_ctx {
 	struct api_event_full *full;
 	struct py_config *cfg;
 	struct walk_state *w;
 	__u64 tag; /* pid | generation << 32, see code_cache_ent */
+	__u64 tmix; /* tag * SP_TAG_MUL, see plain_sig */
 	__u32 pid;
 	__u32 cfg_flags;
 	__u32 ci; /* frame_code / 8, < SP_FRAME_WINDOW / 8 */
@@ -378,6 +400,16 @@ struct walk_ctx {
  * the compiler's): a reader that sees the same even count before and after
  * copying saw no write in between. Writers claim a slot with cmpxchg, so they
  * never interleave. */
+static __always_inline void note_plain(struct walk_ctx *c, __u64 code, __u64 word)
+{
+	if (word)
+		return;
+	__u64 sig = plain_sig_of(code, c->tmix);
+	__u64 *slot = &plain_sig[sig >> (64 - SP_PLAIN_BITS)];
+	if (*slot != sig)
+		*slot = sig;
+}
+
 static __always_inline int code_class_of(struct walk_ctx *c, __u64 code, struct code_class *out)
 {
 	struct code_cache_ent *e = &code_cache[cache_slot(c->pid, code)];
@@ -393,6 +425,7 @@ static __always_inline int code_class_of(struct walk_ctx *c, __u64 code, struct 
 				out->alt_phase = word >> 16;
 				out->flags = word >> 32;
 				out->qualname = qn;
+				note_plain(c, code, word);
 				return 1;
 			}
 		}
@@ -402,6 +435,7 @@ static __always_inline int code_class_of(struct walk_ctx *c, __u64 code, struct 
 	if (!cls)
 		return 0;
 	*out = *cls;
+	note_plain(c, code, out->phase | (__u64)out->alt_phase << 16 | (__u64)out->flags << 32);
 	{
 		__u64 s = READ_ONCE64(e->seq);
 		if (!(s & 1) && __sync_val_compare_and_swap(&e->seq, s, s + 1) == s) {
@@ -624,12 +658,14 @@ struct fast_out {
  * count and no known constant feeds it, so the ways around it meet in
  * equivalent states and it verifies in time linear in SP_FAST_FRAMES. */
 static __always_inline int walk_fast_loop(struct walk_state *w, struct fast_out *o, __u64 lo, __u64 lim, __u64 ulo,
-					  __u64 ulim, __u32 ci, __u32 pi, __u32 ob, __u32 pid, __u64 tag, const int skip)
+					  __u64 ulim, __u32 ci, __u32 pi, __u32 ob, __u64 tmix, const int skip)
 {
 	__u64 fr = o->fr, last = ~0ull, umax = 0;
-	__u32 n = o->n;
+	__u32 n = o->n, nmax = w->nmax;
 	int k;
 	for (k = 0; k < SP_FAST_FRAMES; k++) {
+		if (n >= nmax)
+			break;
 		__u64 off = fr - lo;
 		if (off > lim) {
 			if (!skip)
@@ -655,13 +691,8 @@ static __always_inline int walk_fast_loop(struct walk_state *w, struct fast_out 
 			fr = prev;
 			continue;
 		}
-		struct code_cache_ent *e = &code_cache[cache_slot(pid, code)];
-		__u64 s = READ_ONCE64(e->seq);
-		sp_barrier();
-		if ((s & 1) || e->code != code || e->tag != tag || e->word)
-			break;
-		sp_barrier();
-		if (READ_ONCE64(e->seq) != s)
+		__u64 sig = plain_sig_of(code, tmix);
+		if (plain_sig[sig >> (64 - SP_PLAIN_BITS)] != sig)
 			break;
 		n++;
 		last = fr;
@@ -676,7 +707,8 @@ static __always_inline int walk_fast_loop(struct walk_state *w, struct fast_out 
 
 /* The common case in a tight loop: frames in the down window whose code
  * objects are cached as matching nothing (no phase, marker or cycle), below
- * the phase frame, and entry frames in the up window. It records no frame
+ * the phase frame or between it and the cycle frame (up to w->nmax), and
+ * entry frames in the up window. It records no frame
  * (frames[] travels only with an unknown code object, and the walk then
  * starts over recording them all). Returns how many frames it consumed; it
  * stops, for walk_step to take over, at anything else. */
@@ -701,9 +733,9 @@ static __always_inline int walk_fast(struct walk_ctx *c, struct walk_state *w)
 		return 0;
 	__u32 ob = oi & 127; /* == oi where used: oi < SP_FRAME_WINDOW */
 	if ((flags & SP_CFG_SKIP_OWNER) && oi < SP_FRAME_WINDOW && ulim <= SP_UWIN - SP_UP_NEED)
-		k = walk_fast_loop(w, &o, lo, lim, ulo, ulim, ci, pi, ob, c->pid, c->tag, 1);
+		k = walk_fast_loop(w, &o, lo, lim, ulo, ulim, ci, pi, ob, c->tmix, 1);
 	else
-		k = walk_fast_loop(w, &o, lo, lim, ulo, ulim, ci, pi, ob, c->pid, c->tag, 0);
+		k = walk_fast_loop(w, &o, lo, lim, ulo, ulim, ci, pi, ob, c->tmix, 0);
 	if (k) {
 		if (o.n != w->n) /* back in the down window */
 			w->s_addr = 0;
@@ -736,7 +768,7 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 	struct api_event_full *full = c->full;
 	if (w->done || !w->f)
 		return 1;
-	if (!w->phase && !w->record && walk_fast(c, w))
+	if (!w->record && !w->settled && walk_fast(c, w))
 		return 0;
 	if (!w->f)
 		return 1;
@@ -798,7 +830,7 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 			w->match = ~0u;
 			w->phase = 0;
 			w->marker = 0;
-			w->extra = 0;
+			w->nmax = ~0u;
 			w->flags &= ~SP_PY_STALE;
 			py->phase_code = 0;
 			py->cycle_frame = 0;
@@ -816,13 +848,23 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 	} else if (cls.phase) {
 		w->phase = (cls.alt_phase && w->marker) ? cls.alt_phase : cls.phase;
 		w->match = n;
+		w->nmax = n + SP_CYCLE_SEARCH;
 		py->phase_code = code;
-		/* A reused address would carry another qualname pointer. */
-		if (cfg->code_qualname && cls.qualname) {
+		/* A reused address would carry another qualname pointer. The
+		 * frame that this thread's last check passed on holds its code
+		 * object alive: while it is still there, no check is needed.
+		 * (Missed only if that frame returned, its code object was
+		 * freed and reallocated as another phase's, and a frame of it
+		 * took the same address.) */
+		if (cfg->code_qualname && cls.qualname && (fr != w->v_frame || code != w->v_code)) {
 			__u64 qn = 0;
 			bpf_probe_read_user(&qn, 8, (void *)(code + cfg->code_qualname));
-			if (qn != cls.qualname)
+			if (qn != cls.qualname) {
 				w->flags |= SP_PY_STALE;
+			} else {
+				w->v_frame = fr;
+				w->v_code = code;
+			}
 		}
 		if (cls.flags & SP_CLASS_CYCLE) {
 			py->cycle_frame = fr;
@@ -833,7 +875,7 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 	}
 	if (cls.flags & SP_CLASS_MARKER)
 		w->marker = 1;
-	if (w->phase && ++w->extra > SP_CYCLE_SEARCH)
+	if (w->phase && n >= w->match + SP_CYCLE_SEARCH)
 		return walk_settle(w);
 	return 0;
 }
@@ -904,6 +946,9 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid, __u32 
 	w->record = all != 0;
 	w->all = all != 0;
 	w->settled = 0;
+	w->nmax = ~0u;
+	w->v_frame = tc ? tc->v_frame : 0;
+	w->v_code = tc ? tc->v_code : 0;
 	w->cmask = (cfg->flags & SP_CFG_TAGGED_EXEC) ? ~3ull : ~0ull;
 	w->win_lo = 0;
 	w->win_len = 0;
@@ -912,9 +957,9 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid, __u32 
 	w->match = ~0u;
 	w->phase = 0;
 	w->marker = 0;
-	w->extra = 0;
 
 	struct walk_ctx wc = {.full = full, .cfg = cfg, .w = w, .pid = pid, .tag = pid | (__u64)g << 32,
+			      .tmix = (pid | (__u64)g << 32) * SP_TAG_MUL,
 			      .cfg_flags = cfg->flags};
 	wc.ci = cfg->frame_code / 8;
 	wc.pi = cfg->frame_prev / 8;
@@ -955,6 +1000,8 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid, __u32 
 			tc->low[i] = w->lows[i];
 		tc->u_below = w->u_below;
 		tc->u_above = w->u_above;
+		tc->v_frame = w->v_frame;
+		tc->v_code = w->v_code;
 		if (w->floors_dirty) {
 			tc->next_floor = w->next_floor;
 #pragma unroll
