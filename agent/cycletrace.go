@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ianlancetaylor/demangle"
+
 	"github.com/specprof/specprof/agent/correlate"
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/bpf"
@@ -333,10 +335,32 @@ func (a *Agent) collectiveGPU(p *process, pt *PhaseTrace, ks []GPUActivity) {
 	sort.SliceStable(pt.Collectives, func(a, b int) bool { return pt.Collectives[a].Time < pt.Collectives[b].Time })
 }
 
+// kernelDisplayName is the name reports show for a kernel: CUPTI gives
+// C++ kernels their mangled names (NCCL's
+// _Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE),
+// demangled here as profilers show them
+// (ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)).
+// A name that does not demangle is kept as it is.
+func kernelDisplayName(raw string) string {
+	if !strings.HasPrefix(raw, "_Z") {
+		return raw
+	}
+	return demangle.Filter(raw)
+}
+
+// kernelBaseName drops a demangled name's parameter list.
+func kernelBaseName(name string) string {
+	if i := strings.IndexByte(name, '('); i >= 0 {
+		return name[:i]
+	}
+	return name
+}
+
 // ncclKernelOp parses the operation, reduction and type out of an NCCL
-// kernel name (ncclDevKernel_AllReduce_Sum_bf16_RING_LL).
+// kernel name (ncclDevKernel_AllReduce_Sum_bf16_RING_LL, parameters
+// allowed).
 func ncclKernelOp(name string) (op, red, dtype string) {
-	parts := strings.Split(name, "_")
+	parts := strings.Split(kernelBaseName(name), "_")
 	if len(parts) < 2 {
 		return "Unknown", "", ""
 	}
@@ -369,14 +393,15 @@ func isCollectiveKernel(name string) bool {
 	if strings.HasPrefix(name, "ncclDevKernel_") || strings.HasPrefix(name, "ncclKernel_") {
 		return true
 	}
-	// Mangled C++ names carry the identifier inside.
+	// Templates and namespaces put the identifier inside the name.
 	return strings.Contains(name, "cross_device_reduce") || strings.Contains(name, "one_shot_all_reduce") ||
 		strings.Contains(name, "two_shot_all_reduce") || strings.Contains(name, "multimem_all_reduce")
 }
 
-// ncclAlgoProto parses ncclDevKernel_<Op>_<Red>_<type>_<ALGO>_<PROTO>.
+// ncclAlgoProto parses ncclDevKernel_<Op>_<Red>_<type>_<ALGO>_<PROTO>
+// (parameters allowed).
 func ncclAlgoProto(name string) (algo, proto string) {
-	parts := strings.Split(name, "_")
+	parts := strings.Split(kernelBaseName(name), "_")
 	if len(parts) < 3 {
 		return "", ""
 	}

@@ -146,7 +146,7 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 	for i := range b.Kernels {
 		k := &b.Kernels[i]
 		if _, ok := names[k.NameID]; !ok {
-			n := c.Name(k.NameID)
+			n := kernelDisplayName(c.Name(k.NameID))
 			names[k.NameID] = kernelName{name: n, coll: isCollectiveKernel(n)}
 		}
 		a.joiner.GPU(&correlate.GPURecord{Start: k.Start, End: k.End, PID: pid, Corr: al.of(k.CorrelationID), Stream: k.Stream,

@@ -60,17 +60,26 @@ type CycleTP struct {
 }
 
 // Arrival compares one collective's arrival across the ranks.
+//
+// A rank arrives at a collective when its kernel starts on its GPU: an
+// early rank's kernel then waits inside for the last one. The CPU call
+// (when the kernel is not known on every rank, e.g. outside GPU tracing
+// windows) says only when each rank issued the call: NCCL calls do not
+// block, so CPUs of ranks can be apart by up to the work queued ahead of
+// the GPUs without anyone waiting. Clock says which was compared: every
+// rank's figure comes from the same one.
 type Arrival struct {
-	LastRank int   `json:"last_rank"` // the rank that arrived last
-	WaitNs   int64 `json:"wait_ns"`   // how long after this rank the last one arrived
-	SpreadNs int64 `json:"spread_ns"` // last minus first arrival
+	LastRank int    `json:"last_rank"` // the rank that arrived last
+	WaitNs   int64  `json:"wait_ns"`   // how long after this rank the last one arrived
+	SpreadNs int64  `json:"spread_ns"` // last minus first arrival
+	Clock    string `json:"clock"`     // "gpu": kernel starts; "cpu": call times
 }
 
 // heldCycle is a rank's cycle waiting for the other ranks' same cycle.
 type heldCycle struct {
-	tr  *CycleTrace
-	arr []uint64 // collective arrivals in order
-	col []*Collective
+	tr       *CycleTrace
+	cpu, gpu []uint64 // collective call times and kernel starts (0: unknown), in order
+	col      []*Collective
 }
 
 // rankTrack holds one rank's cycles not yet compared.
@@ -93,22 +102,19 @@ func (a *Agent) deliverCycle(tr *CycleTrace) {
 	}
 }
 
-// arrivals lists the cycle's collectives in order with their arrival times,
-// and the largest communicator among them.
-func arrivals(tr *CycleTrace) (arr []uint64, cols []*Collective, ranks int) {
+// arrivals lists the cycle's collectives in order with their call times and
+// kernel starts, and the largest communicator among them.
+func arrivals(tr *CycleTrace) (cpu, gpu []uint64, cols []*Collective, ranks int) {
 	for _, ph := range tr.Phases {
 		for i := range ph.Collectives {
 			c := &ph.Collectives[i]
-			t := c.Time
-			if c.GPUStart != 0 {
-				t = c.GPUStart
-			}
-			arr = append(arr, t)
+			cpu = append(cpu, c.Time)
+			gpu = append(gpu, c.GPUStart)
 			cols = append(cols, c)
 			ranks = max(ranks, c.Ranks)
 		}
 	}
-	return arr, cols, ranks
+	return cpu, gpu, cols, ranks
 }
 
 // rankCycle records a drained cycle and returns the cycles to hand on now,
@@ -118,8 +124,8 @@ func (a *Agent) rankCycle(tr *CycleTrace) []*CycleTrace {
 	if tr.Rank < 0 {
 		return []*CycleTrace{tr}
 	}
-	arr, cols, want := arrivals(tr)
-	if len(arr) == 0 || want < 2 {
+	cpu, gpu, cols, want := arrivals(tr)
+	if len(cpu) == 0 || want < 2 {
 		return []*CycleTrace{tr}
 	}
 	if a.ranks == nil {
@@ -137,7 +143,7 @@ func (a *Agent) rankCycle(tr *CycleTrace) []*CycleTrace {
 	if tr.TID != rt.tid {
 		return append(out, tr)
 	}
-	rt.pending[tr.Cycle] = &heldCycle{tr: tr, arr: arr, col: cols}
+	rt.pending[tr.Cycle] = &heldCycle{tr: tr, cpu: cpu, gpu: gpu, col: cols}
 	rt.newest = max(rt.newest, tr.Cycle)
 	for _, o := range a.rankTracks() {
 		out = o.release(out, func(c int) bool { return c <= o.newest-maxHeldCycles })
@@ -167,18 +173,31 @@ func (a *Agent) rankCycle(tr *CycleTrace) []*CycleTrace {
 // compareCycle annotates one cycle of every rank (tracks and held in the
 // same order) and adds it to the ranks' statistics.
 func compareCycle(tracks []*rankTrack, held []*heldCycle) {
-	n := len(held[0].arr)
+	n := len(held[0].cpu)
 	for _, h := range held[1:] {
-		n = min(n, len(h.arr))
+		n = min(n, len(h.cpu))
 	}
+	at := make([]uint64, len(held))
 	lastN := make([]int, len(held))
 	lateNs := make([]int64, len(held))
 	waits := make([]int64, len(held))
 	var spread int64
 	for i := 0; i < n; i++ {
-		first, last, li := held[0].arr[i], held[0].arr[i], 0
+		// Kernel starts where every rank has one, else call times.
+		clock := "gpu"
+		for k, h := range held {
+			if at[k] = h.gpu[i]; at[k] == 0 {
+				clock = "cpu"
+			}
+		}
+		if clock == "cpu" {
+			for k, h := range held {
+				at[k] = h.cpu[i]
+			}
+		}
+		first, last, li := at[0], at[0], 0
 		for k := 1; k < len(held); k++ {
-			t := held[k].arr[i]
+			t := at[k]
 			first = min(first, t)
 			if t > last {
 				last, li = t, k
@@ -191,9 +210,9 @@ func compareCycle(tracks []*rankTrack, held []*heldCycle) {
 		tracks[li].stats.LastArrivals++
 		tracks[li].stats.WaitImposedNs += d
 		for k, h := range held {
-			w := int64(last - h.arr[i])
+			w := int64(last - at[k])
 			waits[k] += w
-			h.col[i].Arrival = &Arrival{LastRank: tracks[li].stats.Rank, WaitNs: w, SpreadNs: d}
+			h.col[i].Arrival = &Arrival{LastRank: tracks[li].stats.Rank, WaitNs: w, SpreadNs: d, Clock: clock}
 		}
 	}
 	s := 0

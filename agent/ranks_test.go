@@ -61,7 +61,8 @@ func TestRanks(t *testing.T) {
 		c1.TP.WaitNs != 0 || c1.TP.Collectives != 1 || c1.TP.Ranks != 2 {
 		t.Errorf("cycle 2 compared: rank 0 %+v, rank 1 %+v", c0.TP, c1.TP)
 	}
-	if ar := c0.Phases[0].Collectives[0].Arrival; ar == nil || ar.LastRank != 1 || ar.WaitNs != 500 || ar.SpreadNs != 500 {
+	if ar := c0.Phases[0].Collectives[0].Arrival; ar == nil || ar.LastRank != 1 || ar.WaitNs != 500 || ar.SpreadNs != 500 ||
+		ar.Clock != "gpu" {
 		t.Errorf("rank 0 arrival %+v", ar)
 	}
 	a.deliverCycle(cyc(0, 100, 3, 5000)) // never reached by rank 1
@@ -107,5 +108,29 @@ func TestRanks(t *testing.T) {
 	a.flushRanks()
 	if len(got) != maxHeldCycles || got[0].Cycle != 6 {
 		t.Fatalf("flush handed on %d", len(got))
+	}
+}
+
+// TestRanksClock: a collective is compared on kernel starts only when every
+// rank has one; else on every rank's call time (never a mix of the two).
+func TestRanksClock(t *testing.T) {
+	var got []*CycleTrace
+	a := &Agent{opts: Options{OnCycle: func(c *CycleTrace) { got = append(got, c) }}}
+	mk := func(rank int, call, start uint64) *CycleTrace {
+		return &CycleTrace{PID: 100 + rank, TID: 100 + rank, Rank: rank, Cycle: 1, Phases: []*PhaseTrace{{Phase: "spec.verify",
+			Collectives: []Collective{{Op: "AllReduce", Time: call, GPUStart: start, Ranks: 2}}}}}
+	}
+	// Rank 0 called first but its kernel is not known (outside a GPU
+	// window); rank 1's kernel started long after both calls.
+	a.deliverCycle(mk(0, 1000, 0))
+	a.deliverCycle(mk(1, 1200, 9000))
+	if len(got) != 2 {
+		t.Fatalf("handed on %d cycles", len(got))
+	}
+	for _, c := range got {
+		ar := c.Phases[0].Collectives[0].Arrival
+		if ar == nil || ar.Clock != "cpu" || ar.LastRank != 1 || ar.SpreadNs != 200 {
+			t.Errorf("rank %d: arrival %+v, want rank 1 last by 200 ns on the cpu clock", c.Rank, ar)
+		}
 	}
 }

@@ -55,7 +55,9 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # Variants of (c) that split its cost (not run unless named in --methods): every CUPTI API record
 # (SPECPROF_CUPTI_API=all, the library's filter off), and the tracer alone without the CPU
 # sampler and the pprof/Perfetto outputs (which keep every GPU record).
-EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong"]
+# fullidle and ebpflean split the standing cost: the injected library connected with GPU tracing
+# almost never on (1 ms a minute), and the eBPF tracer without the sampler and the exports.
+EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean"]
 LABEL = {
     "none": "(a) none",
     "ebpf": "(b) specprof eBPF only",
@@ -69,13 +71,15 @@ LABEL = {
     "fullduty": "(c4) specprof full, GPU tracing in windows (--cupti-duty 100ms/1s)",
     "fullgraph": "(c5) specprof full, graph-level tracing of graph replays (--cupti-graphs graph)",
     "fulldutylong": "(c6) specprof full, GPU tracing in longer windows (--cupti-duty 500ms/5s)",
+    "fullidle": "(c7) specprof full, GPU tracing 1 ms a minute (--cupti-duty 1ms/60s): the library's standing cost",
+    "ebpflean": "(b2) specprof eBPF only, no CPU sampler, no pprof/Perfetto",
     "calib": "calibration",
 }
 TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-profiler",
           "v3": "v3", "v4": "v4", "cudaev": "cuda-events", "fullall": "none", "fulllean": "none",
-          "fullduty": "none", "fullgraph": "none", "fulldutylong": "none"}
-CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong")
-SPECPROF_METHODS = ("ebpf",) + CUPTI_METHODS
+          "fullduty": "none", "fullgraph": "none", "fulldutylong": "none", "fullidle": "none", "ebpflean": "none"}
+CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle")
+SPECPROF_METHODS = ("ebpf", "ebpflean") + CUPTI_METHODS
 WORKLOADS = ["hf", "eagle-graph", "eagle-eager"]
 FAMILY = {"hf": "hf", "eagle-graph": "eagle", "eagle-eager": "eagle"}
 PRESET = {"hf": "hf-assisted", "eagle-graph": "sglang-eagle", "eagle-eager": "sglang-eagle"}
@@ -90,7 +94,7 @@ PHASE_ORDER = ["spec.draft", "spec.verify", "spec.accept", "spec.draft_extend", 
 NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows")
 # Seconds a run is expected to take before one was seen (budget planning).
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
-EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0,
+EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
@@ -255,8 +259,10 @@ def workload_cmd(a, w, timing, result, noise, calibrate=False):
 def specprof_cmd(a, method, w, outdir, inner):
     cmd = [a.specprof, "run", "-q", "--interval", "0", "--cupti", "on" if method in CUPTI_METHODS else "off",
            "--preset", PRESET[w], "-o", outdir, "--cycles-jsonl"]
-    if method == "fulllean":
+    if method in ("fulllean", "ebpflean"):
         cmd += ["--cpu-hz", "0", "--pprof=false", "--perfetto=false"]
+    if method == "fullidle":
+        cmd += ["--cupti-duty", "1ms/60s"]
     if method == "fullduty":
         cmd += ["--cupti-duty", "100ms/1s"]
     if method == "fullgraph":
@@ -481,7 +487,7 @@ def phase_metrics(method, res, report):
     """{phase: {metric: ms}} that this method reports."""
     out = {}
     if method in SPECPROF_METHODS and report:
-        keys = ("cpu_span", "sync_wait", "cpu_sampled") if method == "ebpf" else \
+        keys = ("cpu_span", "sync_wait", "cpu_sampled") if method in ("ebpf", "ebpflean") else \
             ("gpu_span", "gpu_busy", "gpu_kernel", "cpu_span", "cpu_sampled")
         for name, d in (report.get("phases") or {}).items():
             m = {k: d[k] for k in keys if k in d}

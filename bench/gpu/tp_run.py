@@ -148,7 +148,7 @@ def analyse(cyc, nccl_perf):
                     gpu = max(0, co.get("gpu_end", 0) - co.get("gpu_start", 0))
                     key = (co.get("op"), co.get("dtype") or "?", co.get("bytes", 0),
                            co.get("algorithm") or "?", co.get("protocol") or "?", ph["phase"])
-                    d = by_size.setdefault(key, {"n": 0, "gpu_ns": [], "busbw": [], "wait_ns": [], "last": 0})
+                    d = by_size.setdefault(key, {"n": 0, "gpu_ns": [], "busbw": [], "wait_ns": [], "last": 0, "clock": {}})
                     d["n"] += 1
                     if gpu:
                         d["gpu_ns"].append(gpu)
@@ -158,6 +158,8 @@ def analyse(cyc, nccl_perf):
                     if ar:
                         d["wait_ns"].append(ar["wait_ns"])
                         d["last"] += ar["last_rank"] == rank
+                        ck = ar.get("clock") or "?"
+                        d["clock"][ck] = d["clock"].get(ck, 0) + 1
         colls = []
         for (op, dt, nbytes, algo, proto, phase), d in sorted(by_size.items(), key=lambda kv: (kv[0][5], kv[0][2])):
             ref = next((p for p in nccl_perf if p["bytes"] == nbytes), None) if nbytes else None
@@ -165,6 +167,7 @@ def analyse(cyc, nccl_perf):
                           "count": d["n"], "gpu_us_median": (median(d["gpu_ns"]) or 0) / 1e3,
                           "busbw_gbps_median": median(d["busbw"]),
                           "wait_us_median": (median(d["wait_ns"]) or 0) / 1e3, "last_arrivals": d["last"],
+                          "arrival_clock": d["clock"],
                           "nccl_perf_busbw_gbps": ref and ref["busbw_gbps"], "nccl_perf_us": ref and ref["time_us"]})
         ranks[rank] = {"cycles": len(cs), "collectives": colls,
                        "verify_gpu_busy_us_per_cycle": verify_busy / 1e3 / max(len(cs), 1),
@@ -334,15 +337,16 @@ def render(res):
                          fmt(share * 100 if share is not None else None, 1, "%"),
                          {"TP%s" % k: v for k, v in sorted(d["straggler_cycles"].items())}, d["tp_wait_us_median"]))
             L += ["", "| phase | op | dtype | bytes | algo/proto | count | GPU µs (median) | busbw GB/s (median) | "
-                      "reference busbw / µs | wait for last µs (median) | this rank last |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "reference busbw / µs | wait for last µs (median) | this rank last | compared on |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for c in d["collectives"]:
                 ref = "%s / %s" % (fmt(c["nccl_perf_busbw_gbps"], 2), fmt(c["nccl_perf_us"], 2)) \
                     if c["nccl_perf_busbw_gbps"] else "—"
-                L.append("| %s | %s | %s | %s | %s/%s | %d | %.2f | %s | %s | %.2f | %d |" % (
+                clock = ", ".join("%s %d" % kv for kv in sorted((c.get("arrival_clock") or {}).items())) or "—"
+                L.append("| %s | %s | %s | %s | %s/%s | %d | %.2f | %s | %s | %.2f | %d | %s |" % (
                     c["phase"], c["op"], c["dtype"], c["bytes"] or "unknown (graph replay)", c["algorithm"],
                     c["protocol"], c["count"], c["gpu_us_median"], fmt(c["busbw_gbps_median"], 2), ref,
-                    c["wait_us_median"], c["last_arrivals"]))
+                    c["wait_us_median"], c["last_arrivals"], clock))
             L.append("")
         if r.get("specprof_ranks"):
             L.append("report.json ranks: `%s`" % json.dumps(r["specprof_ranks"]))

@@ -282,7 +282,8 @@ func (e *Exporter) emitCollective(ctx context.Context, tr trace.Tracer, c *agent
 		attrs = append(attrs,
 			attribute.Int("specprof.collective.last_rank", ar.LastRank),
 			attribute.Int64("specprof.collective.wait_ns", ar.WaitNs),
-			attribute.Int64("specprof.collective.spread_ns", ar.SpreadNs))
+			attribute.Int64("specprof.collective.spread_ns", ar.SpreadNs),
+			attribute.String("specprof.collective.arrival_clock", ar.Clock))
 	}
 	attrs = appendCode(attrs, c.Site)
 	name := c.Op

@@ -269,7 +269,8 @@ func collArgs(c *agent.Collective) []arg {
 		a = append(a, iArg("captured", 1))
 	}
 	if ar := c.Arrival; ar != nil {
-		a = append(a, iArg("last_rank", int64(ar.LastRank)), iArg("wait_ns", ar.WaitNs), iArg("spread_ns", ar.SpreadNs))
+		a = append(a, iArg("last_rank", int64(ar.LastRank)), iArg("wait_ns", ar.WaitNs), iArg("spread_ns", ar.SpreadNs),
+			sArg("arrival_clock", ar.Clock))
 	}
 	return a
 }

@@ -429,22 +429,27 @@ static void truth_coll(const struct op *o) {
     cu.truth_line(line);
 }
 
+/* The kernel's name as CUPTI reports NCCL's: mangled C++ (NCCL 2.28's kernels take one
+ * ncclDevKernelArgsStorage<4096> parameter), e.g.
+ * _Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE. */
 static void kernel_name(const struct op *o, char *buf, size_t cap) {
+    char id[96];
     switch (o->kind) {
     case OP_ALLREDUCE:
     case OP_REDUCESCATTER:
     case OP_REDUCE:
-        snprintf(buf, cap, "ncclDevKernel_%s_%s_%s_RING_LL", opkind_names[o->kind], op_names[o->redop],
+        snprintf(id, sizeof id, "ncclDevKernel_%s_%s_%s_RING_LL", opkind_names[o->kind], op_names[o->redop],
                  dtype_names[o->dtype]);
         break;
     case OP_ALLGATHER:
     case OP_BROADCAST:
-        snprintf(buf, cap, "ncclDevKernel_%s_RING_LL", opkind_names[o->kind]);
+        snprintf(id, sizeof id, "ncclDevKernel_%s_RING_LL", opkind_names[o->kind]);
         break;
     default:
-        snprintf(buf, cap, "ncclDevKernel_SendRecv");
+        snprintf(id, sizeof id, "ncclDevKernel_SendRecv");
         break;
     }
+    snprintf(buf, cap, "_Z%zu%s24ncclDevKernelArgsStorageILm4096EE", strlen(id), id);
 }
 
 /* Launches one kernel for ops[0..n) (one collective, or a fused group of p2p operations) and
