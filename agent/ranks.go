@@ -91,8 +91,11 @@ type rankTrack struct {
 }
 
 // maxHeldCycles bounds how far one rank may run ahead of another before its
-// cycles are handed on uncompared (and the memory held for them).
-const maxHeldCycles = 64
+// cycles are handed on uncompared (and the memory held for them). Ranks
+// drain cycles as their GPU records arrive, and the injected library
+// flushes them in buffers: one rank's cycles can trail another's by a
+// few hundred milliseconds, i.e. hundreds of short cycles.
+const maxHeldCycles = 2048
 
 // deliverCycle hands a finished cycle to Options.OnCycle, through the
 // cross-rank comparison.
@@ -145,8 +148,21 @@ func (a *Agent) rankCycle(tr *CycleTrace) []*CycleTrace {
 	}
 	rt.pending[tr.Cycle] = &heldCycle{tr: tr, cpu: cpu, gpu: gpu, col: cols}
 	rt.newest = max(rt.newest, tr.Cycle)
-	for _, o := range a.rankTracks() {
-		out = o.release(out, func(c int) bool { return c <= o.newest-maxHeldCycles })
+	// A rank hands its cycles on in order: a cycle that another rank went
+	// past without holding it will not be compared any more.
+	all := a.rankTracks()
+	for _, o := range all {
+		out = o.release(out, func(c int) bool {
+			if c <= o.newest-maxHeldCycles {
+				return true
+			}
+			for _, q := range all {
+				if q != o && q.newest > c && q.pending[c] == nil {
+					return true
+				}
+			}
+			return false
+		})
 	}
 	if len(a.ranks) < want {
 		return out

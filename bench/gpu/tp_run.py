@@ -168,7 +168,8 @@ def analyse(cyc, nccl_perf):
                           "busbw_gbps_median": median(d["busbw"]),
                           "wait_us_median": (median(d["wait_ns"]) or 0) / 1e3, "last_arrivals": d["last"],
                           "arrival_clock": d["clock"],
-                          "nccl_perf_busbw_gbps": ref and ref["busbw_gbps"], "nccl_perf_us": ref and ref["time_us"]})
+                          "nccl_perf_busbw_gbps": ref and ref.get("graph_busbw_gbps", ref["busbw_gbps"]),
+                          "nccl_perf_us": ref and ref.get("graph_time_us", ref["time_us"])})
         ranks[rank] = {"cycles": len(cs), "collectives": colls,
                        "verify_gpu_busy_us_per_cycle": verify_busy / 1e3 / max(len(cs), 1),
                        "verify_allreduce_gpu_us_per_cycle": verify_coll / 1e3 / max(len(cs), 1),
@@ -321,10 +322,15 @@ def render(res):
                                                   fmt(cost, 2, "%"), len(hashes) == 1))
     for g, perf in sorted((res.get("nccl_perf") or {}).items()):
         L += ["", "## all_reduce_perf-style reference (torch.distributed, bf16 sum, graphs %s run)" % g, "",
-              "| bytes | iters | time µs | algbw GB/s | busbw GB/s |", "|---|---|---|---|---|"]
+              "Eager: back-to-back `all_reduce` calls timed with CUDA events (includes the CPU's launch "
+              "cost between operations). Graph: the same operations captured in one CUDA graph and "
+              "replayed (GPU time per operation, all_reduce_perf -G).", "",
+              "| bytes | iters | eager µs | eager busbw GB/s | graph µs | graph busbw GB/s |",
+              "|---|---|---|---|---|---|"]
         for p in perf:
-            L.append("| %d | %d | %.2f | %.2f | %.2f |" % (p["bytes"], p["iters"], p["time_us"], p["algbw_gbps"],
-                                                           p["busbw_gbps"]))
+            L.append("| %d | %d | %.2f | %.2f | %s | %s |" % (p["bytes"], p["iters"], p["time_us"], p["busbw_gbps"],
+                                                             fmt(p.get("graph_time_us"), 2),
+                                                             fmt(p.get("graph_busbw_gbps"), 2)))
     for r in res["runs"]:
         if r["method"] != "specprof" or not r.get("cyc"):
             continue
@@ -337,7 +343,7 @@ def render(res):
                          fmt(share * 100 if share is not None else None, 1, "%"),
                          {"TP%s" % k: v for k, v in sorted(d["straggler_cycles"].items())}, d["tp_wait_us_median"]))
             L += ["", "| phase | op | dtype | bytes | algo/proto | count | GPU µs (median) | busbw GB/s (median) | "
-                      "reference busbw / µs | wait for last µs (median) | this rank last | compared on |",
+                      "reference busbw / µs (graph) | wait for last µs (median) | this rank last | compared on |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for c in d["collectives"]:
                 ref = "%s / %s" % (fmt(c["nccl_perf_busbw_gbps"], 2), fmt(c["nccl_perf_us"], 2)) \
