@@ -18,6 +18,13 @@ import (
 // that was captured: count, dtype, bytes and the Python site. Without it a
 // replayed NCCL kernel has only its name (SGLang and vLLM replay their
 // decode steps from graphs).
+//
+// The creating call's API record exists only while the library is connected
+// and collecting, and a few launches never get one; so the node's own
+// creation time (taken inside the call, after its eBPF entry probe) ties it
+// to the thread's latest launch before it as well: a kernel node created
+// within LaunchSlack of a collective's launch, with no launch in between,
+// is that collective's.
 
 // genMap is a map bounded to two generations of max entries each: old
 // entries are forgotten in bulk.
@@ -44,6 +51,9 @@ func (m *genMap[K, V]) get(k K) (V, bool) {
 	return v, ok
 }
 
+// graphNodeKernel is CU_GRAPH_NODE_TYPE_KERNEL.
+const graphNodeKernel = 0
+
 // capturedColls is one process's chain from graph nodes back to the
 // collective calls that created them.
 type capturedColls struct {
@@ -53,6 +63,38 @@ type capturedColls struct {
 	byCorr   genMap[uint32, *Collective] // correlation id of a collective's launch → the call
 	nodeCorr genMap[uint64, uint32]      // graph node → the correlation id of the call that created it
 	nodeOrig genMap[uint64, uint64]      // cloned node → its original
+	byNode   genMap[uint64, *Collective] // graph node → the collective whose launch created it (by time)
+	launches map[int]*launchRing         // by thread: its latest kernel launches
+	waiting  []nodeAt                    // kernel nodes waiting for the eBPF launches before them
+	seen     uint64                      // latest launch time read from eBPF
+}
+
+// launchRing keeps a thread's latest kernel launches, with the collective
+// each one made (nil for the others).
+type launchRing struct {
+	at [launchRingN]collLaunch
+	n  int
+}
+
+func (r *launchRing) add(l collLaunch) {
+	r.at[r.n%launchRingN] = l
+	r.n++
+}
+
+// before returns the latest launch at or before t.
+func (r *launchRing) before(t uint64) (collLaunch, bool) {
+	for i := r.n - 1; i >= 0 && i >= r.n-launchRingN; i-- {
+		if l := r.at[i%launchRingN]; l.ktime <= t {
+			return l, true
+		}
+	}
+	return collLaunch{}, false
+}
+
+// nodeAt is a kernel node's creation: thread and CLOCK_MONOTONIC time.
+type nodeAt struct {
+	tid      int
+	ts, node uint64
 }
 
 // collLaunch is the kernel launch a collective call made.
@@ -63,16 +105,23 @@ type collLaunch struct {
 
 // maxCaptured bounds each map of capturedColls (two generations);
 // maxPendingColl the launches a thread keeps waiting for their records.
+// launchRingN is the launches a thread keeps for that (more than it makes
+// while nodeSettle passes); nodeSettle how far eBPF time must be past a
+// node's creation before the launches before it are all read (records of
+// different CPUs reach user space up to a few µs out of order).
 const (
 	maxCaptured    = 1 << 15
 	maxPendingColl = 64
+	launchRingN    = 256
+	nodeSettle     = 200_000 // ns
 )
 
 func (p *process) captured() *capturedColls {
 	if p.capColls == nil {
 		p.capColls = &capturedColls{last: map[int]*Collective{}, pending: map[int][]collLaunch{}, prevEnd: map[int]uint64{},
 			byCorr:   genMap[uint32, *Collective]{max: maxCaptured},
-			nodeCorr: genMap[uint64, uint32]{max: maxCaptured}, nodeOrig: genMap[uint64, uint64]{max: maxCaptured}}
+			nodeCorr: genMap[uint64, uint32]{max: maxCaptured}, nodeOrig: genMap[uint64, uint64]{max: maxCaptured},
+			byNode: genMap[uint64, *Collective]{max: maxCaptured}, launches: map[int]*launchRing{}}
 	}
 	return p.capColls
 }
@@ -107,7 +156,8 @@ func (a *Agent) noteCaptureChain(p *process, t *thread, e *bpf.APIEvent) {
 		if cc == nil {
 			return
 		}
-		if c := cc.last[t.tid]; c != nil {
+		c := cc.last[t.tid]
+		if c != nil {
 			q := append(cc.pending[t.tid], collLaunch{e.Ktime, c})
 			if len(q) > maxPendingColl {
 				q = q[len(q)-maxPendingColl:]
@@ -115,7 +165,42 @@ func (a *Agent) noteCaptureChain(p *process, t *thread, e *bpf.APIEvent) {
 			cc.pending[t.tid] = q
 			delete(cc.last, t.tid)
 		}
+		r := cc.launches[t.tid]
+		if r == nil {
+			r = &launchRing{}
+			cc.launches[t.tid] = r
+		}
+		r.add(collLaunch{e.Ktime, c})
 	}
+	// Any call read from eBPF tells how far its stream has come.
+	if cc := p.capColls; cc != nil {
+		cc.seen = max(cc.seen, e.Ktime)
+		if len(cc.waiting) > 0 {
+			a.matchNodes(cc)
+		}
+	}
+}
+
+// matchNodes ties the waiting kernel nodes whose launches are all read to
+// the collective whose launch created them, if any.
+func (a *Agent) matchNodes(cc *capturedColls) {
+	slack := uint64(a.opts.LaunchSlack)
+	keep := cc.waiting[:0]
+	for _, w := range cc.waiting {
+		if w.ts+nodeSettle > cc.seen {
+			keep = append(keep, w)
+			continue
+		}
+		if r := cc.launches[w.tid]; r != nil {
+			if l, ok := r.before(w.ts); ok && l.c != nil && w.ts-l.ktime <= slack {
+				cc.byNode.put(w.node, l.c)
+			}
+		}
+	}
+	if len(keep) > maxCaptured {
+		keep = keep[len(keep)-maxCaptured:]
+	}
+	cc.waiting = keep
 }
 
 // noteCollLaunches ties collective launches to the correlation ids of their
@@ -163,12 +248,16 @@ func (a *Agent) noteGraphNodes(pid int, ns []cupti.GraphNode) {
 		return
 	}
 	cc := p.captured()
+	defer a.matchNodes(cc)
 	for i := range ns {
 		n := &ns[i]
 		switch n.Op {
 		case cupti.GraphNodeCreated:
 			if n.CorrelationID != 0 {
 				cc.nodeCorr.put(n.NodeID, n.CorrelationID)
+			}
+			if n.Timestamp != 0 && n.NodeType == graphNodeKernel {
+				cc.waiting = append(cc.waiting, nodeAt{tid: int(n.Tid), ts: n.Timestamp, node: n.NodeID})
 			}
 		case cupti.GraphNodeCloned:
 			cc.nodeOrig.put(n.NodeID, n.OriginalNodeID)
@@ -189,6 +278,12 @@ func (a *Agent) capturedCollective(p *process, node uint64) *Collective {
 			break
 		}
 		node = o
+	}
+	if len(cc.waiting) > 0 {
+		a.matchNodes(cc)
+	}
+	if c, ok := cc.byNode.get(node); ok {
+		return c
 	}
 	corr, ok := cc.nodeCorr.get(node)
 	if !ok {

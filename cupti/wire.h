@@ -172,6 +172,7 @@ struct spw_graph_node {
     uint32_t nodeType;       /* CUgraphNodeType: 0 kernel, 1 memcpy, 2 memset, ... */
     uint32_t op;             /* enum spw_graph_op */
     uint32_t tid;            /* thread that created or cloned the node */
+    uint64_t timestamp;      /* CLOCK_MONOTONIC ns at the callback, inside the call that made the node */
 };
 
 /* Followed by len bytes of the name (no terminator), zero-padded to a multiple of 8. */

@@ -113,6 +113,7 @@ type GraphNode struct {
 	NodeType       uint32
 	Op             uint32
 	Tid            uint32
+	Timestamp      uint64
 }
 
 // nameHeader precedes the bytes of a NAME record.
@@ -230,7 +231,7 @@ const (
 	SizeofMemset    = 0x40
 	SizeofAPI       = 0x28
 	SizeofSync      = 0x28
-	SizeofGraphNode = 0x28
+	SizeofGraphNode = 0x30
 	SizeofName      = 0x8
 	SizeofOverhead  = 0x28
 	SizeofStats     = 0x60

@@ -331,6 +331,9 @@ static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *da
     r.cbid = t_cbid;
     r.nodeType = gd->nodeType;
     r.tid = my_tid();
+    /* Inside the driver call that made the node, after its eBPF entry probe: ties the node to
+     * that launch without its API record (which exists only while an agent is connected). */
+    r.timestamp = mono_ns();
     gn_append(&r);
 }
 
