@@ -394,12 +394,9 @@ struct walk_ctx {
 	__u64 layout; /* for sp_frame_at */
 };
 
-/* The class of (c->pid, code) into *out; 0 when user space has not
- * classified it. The seqcount protocol relies on x86's ordering of loads with
- * loads and stores with stores (the JIT keeps program order; sp_barrier keeps
- * the compiler's): a reader that sees the same even count before and after
- * copying saw no write in between. Writers claim a slot with cmpxchg, so they
- * never interleave. */
+/* Publishes code's signature in plain_sig when its class word says it
+ * matches nothing (only then: the hot loop skips such frames). A slot is
+ * written only when it changes, so warm lookups leave its line clean. */
 static __always_inline void note_plain(struct walk_ctx *c, __u64 code, __u64 word)
 {
 	if (word)
@@ -410,6 +407,12 @@ static __always_inline void note_plain(struct walk_ctx *c, __u64 code, __u64 wor
 		*slot = sig;
 }
 
+/* The class of (c->pid, code) into *out; 0 when user space has not
+ * classified it. The seqcount protocol relies on x86's ordering of loads with
+ * loads and stores with stores (the JIT keeps program order; sp_barrier keeps
+ * the compiler's): a reader that sees the same even count before and after
+ * copying saw no write in between. Writers claim a slot with cmpxchg, so they
+ * never interleave. */
 static __always_inline int code_class_of(struct walk_ctx *c, __u64 code, struct code_class *out)
 {
 	struct code_cache_ent *e = &code_cache[cache_slot(c->pid, code)];
