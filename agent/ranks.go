@@ -150,13 +150,13 @@ func (a *Agent) rankCycle(tr *CycleTrace) []*CycleTrace {
 	rt.newest = max(rt.newest, tr.Cycle)
 	// A rank hands its cycles on in order: a cycle that another rank went
 	// past without holding it will not be compared any more.
-	all := a.rankTracks()
-	for _, o := range all {
+	tracks := a.rankTracks()
+	for _, o := range tracks {
 		out = o.release(out, func(c int) bool {
 			if c <= o.newest-maxHeldCycles {
 				return true
 			}
-			for _, q := range all {
+			for _, q := range tracks {
 				if q != o && q.newest > c && q.pending[c] == nil {
 					return true
 				}
@@ -167,7 +167,6 @@ func (a *Agent) rankCycle(tr *CycleTrace) []*CycleTrace {
 	if len(a.ranks) < want {
 		return out
 	}
-	tracks := a.rankTracks()
 	held := make([]*heldCycle, 0, len(tracks))
 	for _, o := range tracks {
 		h := o.pending[tr.Cycle]

@@ -354,7 +354,8 @@ func (t *Tracer) program(name string) *ebpf.Program {
 }
 
 // Read blocks until the next record and decodes it. It returns
-// ringbuf.ErrClosed (wrapped) after Close.
+// ringbuf.ErrClosed (wrapped) after Close. Call it from one goroutine at a
+// time (it reuses one record buffer).
 func (t *Tracer) Read() (any, error) {
 	// One record buffer serves every read (Decode copies what it keeps):
 	// an allocation per record is garbage at the launch rate.

@@ -8,8 +8,6 @@ symbol it equals, or an offset into libcuda that no exported symbol starts at.
   python3 bench/gpu/procaddr_check.py
 """
 import ctypes
-import ctypes.util
-import os
 import subprocess
 import sys
 

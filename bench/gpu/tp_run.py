@@ -169,7 +169,9 @@ def analyse(cyc, nccl_perf):
                           "wait_us_median": (median(d["wait_ns"]) or 0) / 1e3, "last_arrivals": d["last"],
                           "arrival_clock": d["clock"],
                           "nccl_perf_busbw_gbps": ref and ref.get("graph_busbw_gbps", ref["busbw_gbps"]),
-                          "nccl_perf_us": ref and ref.get("graph_time_us", ref["time_us"])})
+                          "nccl_perf_us": ref and ref.get("graph_time_us", ref["time_us"]),
+                          # the eager loop's figure where the graph could not be captured
+                          "nccl_perf_kind": ref and ("graph" if "graph_time_us" in ref else "eager")})
         ranks[rank] = {"cycles": len(cs), "collectives": colls,
                        "verify_gpu_busy_us_per_cycle": verify_busy / 1e3 / max(len(cs), 1),
                        "verify_allreduce_gpu_us_per_cycle": verify_coll / 1e3 / max(len(cs), 1),
@@ -346,7 +348,8 @@ def render(res):
                       "reference busbw / µs (graph) | wait for last µs (median) | this rank last | compared on |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for c in d["collectives"]:
-                ref = "%s / %s" % (fmt(c["nccl_perf_busbw_gbps"], 2), fmt(c["nccl_perf_us"], 2)) \
+                ref = "%s / %s%s" % (fmt(c["nccl_perf_busbw_gbps"], 2), fmt(c["nccl_perf_us"], 2),
+                                     "" if c.get("nccl_perf_kind") != "eager" else " (eager)") \
                     if c["nccl_perf_busbw_gbps"] else "—"
                 clock = ", ".join("%s %d" % kv for kv in sorted((c.get("arrival_clock") or {}).items())) or "—"
                 L.append("| %s | %s | %s | %s | %s/%s | %d | %.2f | %s | %s | %.2f | %d | %s |" % (
