@@ -499,6 +499,8 @@ func (p *process) rankAndTitle() (int, string) {
 		}
 		if p.title == "" {
 			p.title = p.rep.Cmdline
+		} else {
+			p.rep.Cmdline = p.title // the report names the process by its title too
 		}
 		if m := tpRank.FindStringSubmatch(p.title); m != nil {
 			p.rank, _ = strconv.Atoi(m[1])

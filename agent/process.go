@@ -402,6 +402,11 @@ func (a *Agent) advanceCycle(p *process, t *thread, ph uint16, cyc uint64, ktime
 		if t.inCycle {
 			a.closeCycle(p, t, m)
 		}
+		if !p.titleRead {
+			// While the process lives: its cycles may drain only after it
+			// exits (CUPTI flushes at exit), when /proc no longer has it.
+			p.rankAndTitle()
+		}
 		t.inCycle = true
 		t.cycleFrame = cyc
 		t.cycleNo++

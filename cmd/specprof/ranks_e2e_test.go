@@ -30,7 +30,7 @@ func TestTensorParallelRanks(t *testing.T) {
 	dir := t.TempDir()
 	start := filepath.Join(dir, "start")
 	const cycles = 20
-	const straggleUs = 400
+	const straggleUs = 3000
 	j := newJaeger(t)
 	since := time.Now()
 	cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib, "--cycles-jsonl",
@@ -80,7 +80,7 @@ func TestTensorParallelRanks(t *testing.T) {
 		t.Fatalf("%d processes traced, want the two ranks", len(rep.Processes))
 	}
 	if len(rep.Ranks) != 2 {
-		t.Fatalf("ranks compared: %+v", rep.Ranks)
+		t.Fatalf("ranks compared: %+v\n%s\n%s", rep.Ranks, out.String(), errText.String())
 	}
 	r0, r1 := rep.Ranks[0], rep.Ranks[1]
 	if r0.Rank != 0 || r1.Rank != 1 || r0.Cycles != cycles || r1.Collectives != r0.Collectives || r0.Collectives < cycles {
@@ -88,7 +88,9 @@ func TestTensorParallelRanks(t *testing.T) {
 	}
 	// The ranks start up to 10 ms apart (the start file is polled): the
 	// collectives of the first two cycles (4 each) may find rank 0 later.
-	if r1.LastArrivals < r1.Collectives-8 {
+	// On a loaded 2-core CI machine a rank can also be kept off the CPU
+	// for longer than the straggle: a few more collectives may go to rank 0.
+	if r1.LastArrivals < r1.Collectives-12 {
 		t.Errorf("the late rank arrived last at %d of %d collectives", r1.LastArrivals, r1.Collectives)
 	}
 	// The stand-in NCCL, like NCCL, holds every rank's kernel until the last
@@ -106,7 +108,7 @@ func TestTensorParallelRanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, compared, late := 0, map[int]int{}, 0
+	n, compared, late, short := 0, map[int]int{}, 0, 0
 	for _, line := range strings.Split(strings.TrimSpace(string(f)), "\n") {
 		var c agent.CycleTrace
 		if err := json.Unmarshal([]byte(line), &c); err != nil {
@@ -136,8 +138,11 @@ func TestTensorParallelRanks(t *testing.T) {
 		if c.TP.Straggler == 1 {
 			late++
 			// The early rank waited for the late one at every collective.
+			// A cycle in which rank 0 was itself descheduled past the
+			// straggle waits less: logged, and tolerated in a few cycles.
 			if w := c.TP.WaitNs / int64(c.TP.Collectives); c.Rank == 0 && w < straggleUs*600 {
-				t.Errorf("cycle %d: rank 0 waited %d ns per collective for the straggler", c.Cycle, w)
+				short++
+				t.Logf("cycle %d: rank 0 waited %d ns per collective for the straggler", c.Cycle, w)
 			}
 		}
 	}
@@ -149,6 +154,9 @@ func TestTensorParallelRanks(t *testing.T) {
 	}
 	if late < 2*(cycles-2) {
 		t.Errorf("rank 1 named the straggler in %d of %d cycle timelines", late, 2*cycles)
+	}
+	if short > cycles/5 {
+		t.Errorf("rank 0 waited less than %d us per collective in %d of %d cycles", straggleUs*6/10, short, cycles)
 	}
 	if r1.StragglerCycles < cycles-2 {
 		t.Errorf("rank 1 the straggler in %d of %d cycles", r1.StragglerCycles, cycles)
