@@ -97,6 +97,10 @@ type Agent struct {
 	started time.Time
 	gpu     *GPUHandler
 	joiner  *correlate.Joiner[correlate.Key]
+	// streams follows each stream's timeline for the hand-over gaps of
+	// queued work; gpuBatch is feedJoiner's reused record slice.
+	streams  correlate.StreamOrder
+	gpuBatch []correlate.GPURecord
 	// Kernel names by pid and the CUPTI library's name id, copied from the
 	// connection as records arrive (the joiner hands out ids, later).
 	kernelNames map[int]map[uint32]kernelName

@@ -76,7 +76,8 @@ func (a *Agent) onGPUFinal(k correlate.Key, ks *correlate.KeyStats) {
 	}
 	m := a.matcherOf(p)
 	g := &PhaseStats{GPUCycles: 1, GPUKernels: int64(ks.Kernels), GPUBusyNs: int64(ks.BusyNs), GPUSpanNs: int64(ks.SpanNs()),
-		GPUKernelNs: int64(ks.KernelNs), GPUGraphs: int64(ks.Graphs), GPUGraphNs: int64(ks.GraphNs), GPUMemcpys: int64(ks.Memcpys), GPUMemcpyBytes: int64(ks.MemcpyBytes), GPUMemcpyNs: int64(ks.MemcpyNs)}
+		GPUKernelNs: int64(ks.KernelNs), GPUGraphs: int64(ks.Graphs), GPUGraphNs: int64(ks.GraphNs), GPUMemcpys: int64(ks.Memcpys), GPUMemcpyBytes: int64(ks.MemcpyBytes), GPUMemcpyNs: int64(ks.MemcpyNs),
+		GPUActiveNs: int64(ks.ActiveNs), GPUElapsedNs: int64(ks.ElapsedNs())}
 	switch {
 	case k.Cycle <= 0:
 		pa := t.outside[k.Phase]
@@ -143,33 +144,41 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 		names = map[uint32]kernelName{}
 		a.kernelNames[pid] = names
 	}
+	recs := a.gpuBatch[:0]
 	for i := range b.Kernels {
 		k := &b.Kernels[i]
 		if _, ok := names[k.NameID]; !ok {
 			n := kernelDisplayName(c.Name(k.NameID))
 			names[k.NameID] = kernelName{name: n, coll: isCollectiveKernel(n)}
 		}
-		a.joiner.GPU(&correlate.GPURecord{Start: k.Start, End: k.End, PID: pid, Corr: al.of(k.CorrelationID), Stream: k.Stream,
+		recs = append(recs, correlate.GPURecord{Start: k.Start, End: k.End, PID: pid, Corr: al.of(k.CorrelationID), Stream: k.Stream,
 			Device: k.Device, Name: k.NameID, GraphID: k.GraphID, GraphNode: k.GraphNodeID, Kind: correlate.Kernel})
-		wm = max(wm, k.End)
 	}
 	for i := range b.GraphExecs {
 		g := &b.GraphExecs[i]
-		a.joiner.GPU(&correlate.GPURecord{Start: g.Start, End: g.End, PID: pid, Corr: al.of(g.CorrelationID), Stream: g.Stream,
+		recs = append(recs, correlate.GPURecord{Start: g.Start, End: g.End, PID: pid, Corr: al.of(g.CorrelationID), Stream: g.Stream,
 			Device: g.Device, GraphID: g.GraphID, Kind: correlate.Graph})
-		wm = max(wm, g.End)
 	}
 	for i := range b.Memcpys {
 		r := &b.Memcpys[i]
-		a.joiner.GPU(&correlate.GPURecord{Start: r.Start, End: r.End, Bytes: r.Bytes, PID: pid, Corr: al.of(r.CorrelationID),
+		recs = append(recs, correlate.GPURecord{Start: r.Start, End: r.End, Bytes: r.Bytes, PID: pid, Corr: al.of(r.CorrelationID),
 			Stream: r.Stream, Device: r.Device, GraphID: r.GraphID, Kind: correlate.Memcpy})
-		wm = max(wm, r.End)
 	}
 	for i := range b.Memsets {
 		r := &b.Memsets[i]
-		a.joiner.GPU(&correlate.GPURecord{Start: r.Start, End: r.End, Bytes: r.Bytes, PID: pid, Corr: al.of(r.CorrelationID),
+		recs = append(recs, correlate.GPURecord{Start: r.Start, End: r.End, Bytes: r.Bytes, PID: pid, Corr: al.of(r.CorrelationID),
 			Stream: r.Stream, Device: r.Device, GraphID: r.GraphID, Kind: correlate.Memset})
-		wm = max(wm, r.End)
+	}
+	// Each record learns where its stream's previous work ended: the
+	// hand-over gaps of queued work (KeyStats.ActiveNs).
+	a.streams.Annotate(recs)
+	for i := range recs {
+		a.joiner.GPU(&recs[i])
+		wm = max(wm, recs[i].End)
+	}
+	a.gpuBatch = recs[:0]
+	if b.Final {
+		a.streams.Forget(pid) // the library's last batch
 	}
 	if b.FlushAck || b.Final {
 		// Everything that completed before the flush has been delivered.
@@ -193,6 +202,7 @@ func (a *Agent) joinLoss() {
 	l.GPULate = s.Late
 	l.GPUDuplicates = s.DuplicateGPU
 	l.GPUPending = s.PendingGPU
+	l.GPUStreamInversions = a.streams.Inversions
 }
 
 func (a *Agent) flushJoiner() {

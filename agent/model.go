@@ -41,6 +41,17 @@ type PhaseStats struct {
 	GPUMemcpys     int64 `json:"gpu_memcpys,omitempty"`      // copies
 	GPUMemcpyBytes int64 `json:"gpu_memcpy_bytes,omitempty"` //
 	GPUMemcpyNs    int64 `json:"gpu_memcpy_ns,omitempty"`    //
+	// GPUActiveNs is GPU busy time with copies and sets, plus the GPU's
+	// hand-over gaps between work that was queued before its predecessor
+	// on the stream ended; time a stream waited for the CPU to launch is
+	// left out. On a GPU-bound phase it is what CUDA events around the
+	// phase measure, and it does not grow when the CPU slows down.
+	GPUActiveNs int64 `json:"gpu_active_ns,omitempty"`
+	// GPUElapsedNs is the stream time from the phase's first to its last
+	// GPU work, every gap included (idle waits for the CPU too): what CUDA
+	// events around the phase measure in the same run, less the launch
+	// latency of a first launch that found the GPU idle.
+	GPUElapsedNs int64 `json:"gpu_elapsed_ns,omitempty"`
 	// SyncSites counts blocked time by the innermost Python frame that blocked.
 	SyncSites map[string]int64 `json:"sync_sites_ns,omitempty"`
 }
@@ -148,6 +159,9 @@ type Loss struct {
 	GPULate          uint64 `json:"gpu_records_late"`
 	GPUDuplicates    uint64 `json:"gpu_records_duplicated"`
 	GPUPending       uint64 `json:"gpu_records_pending"`
+	// GPUStreamInversions counts GPU records that came after a later record
+	// of their stream: their hand-over gap is left out of GPU active time.
+	GPUStreamInversions uint64 `json:"gpu_records_out_of_stream_order"`
 }
 
 // Report is the result of a session.
@@ -200,4 +214,6 @@ func (s *PhaseStats) addGPU(o *PhaseStats) {
 	s.GPUMemcpys += o.GPUMemcpys
 	s.GPUMemcpyBytes += o.GPUMemcpyBytes
 	s.GPUMemcpyNs += o.GPUMemcpyNs
+	s.GPUActiveNs += o.GPUActiveNs
+	s.GPUElapsedNs += o.GPUElapsedNs
 }

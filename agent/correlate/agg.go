@@ -88,9 +88,10 @@ func (s *Intervals) Reset() {
 type Agg struct {
 	PerName bool
 
-	busy  Intervals
-	s     KeyStats
-	names map[uint32]NameTotal
+	busy   Intervals
+	active Intervals
+	s      KeyStats
+	names  map[uint32]NameTotal
 }
 
 // Add accounts one record.
@@ -99,6 +100,7 @@ func (a *Agg) Add(r *GPURecord) {
 	if r.End > r.Start {
 		d = r.End - r.Start
 	}
+	a.activeAdd(r)
 	switch r.Kind {
 	case Graph:
 		a.window(r)
@@ -130,6 +132,26 @@ func (a *Agg) Add(r *GPURecord) {
 	}
 }
 
+// activeAdd accounts r's interval, from the end of its stream predecessor
+// when it was queued behind it (KeyStats.ActiveNs).
+func (a *Agg) activeAdd(r *GPURecord) {
+	if r.End <= r.Start {
+		return
+	}
+	from := r.Start
+	// Launched before its predecessor ended: it waited in the queue.
+	// PrevEnd > Start happens only with work that overlaps on one stream
+	// id (parallel branches of a graph): no gap then.
+	if r.PrevEnd != 0 && r.APIStart != 0 && r.APIStart < r.PrevEnd && r.PrevEnd <= r.Start {
+		from = r.PrevEnd
+	}
+	a.active.Add(from, r.End)
+	if a.s.ActiveLast == 0 || from < a.s.ActiveFirst {
+		a.s.ActiveFirst = from
+	}
+	a.s.ActiveLast = max(a.s.ActiveLast, r.End)
+}
+
 // window widens the span to r (kernels and graphs).
 func (a *Agg) window(r *GPURecord) {
 	first := a.s.Kernels+a.s.Graphs == 0
@@ -152,6 +174,8 @@ func (a *Agg) Result(s *KeyStats) {
 	s.Graphs, s.GraphNs = a.s.Graphs, a.s.GraphNs
 	s.Memcpys, s.MemcpyBytes, s.MemcpyNs = a.s.Memcpys, a.s.MemcpyBytes, a.s.MemcpyNs
 	s.Memsets, s.MemsetBytes, s.MemsetNs = a.s.Memsets, a.s.MemsetBytes, a.s.MemsetNs
+	s.ActiveNs = a.active.Union()
+	s.ActiveFirst, s.ActiveLast = a.s.ActiveFirst, a.s.ActiveLast
 	s.Names = a.names
 	a.names = nil
 }
@@ -159,6 +183,7 @@ func (a *Agg) Result(s *KeyStats) {
 // Reset empties the Agg and keeps its storage and PerName.
 func (a *Agg) Reset() {
 	a.busy.Reset()
+	a.active.Reset()
 	a.s = KeyStats{}
 	a.names = nil
 }

@@ -22,6 +22,9 @@ type workload struct {
 	cur, prev     []wbatch
 	perm          []int
 	perStep       int // records (launch + API + kernels) per step
+	// streams, when set, annotates each CUPTI batch with its stream
+	// predecessors first, as the agent does (StreamOrder.Annotate).
+	streams *StreamOrder
 }
 
 type wbatch struct {
@@ -62,6 +65,9 @@ func (w *workload) step(j *Joiner[Key]) {
 		}
 		j.AdvanceCPU(pid, base+span)
 		if pb := &w.prev[p]; len(pb.apis) > 0 {
+			if w.streams != nil {
+				w.streams.Annotate(pb.gpus)
+			}
 			q := len(pb.gpus) / 4
 			for _, k := range w.perm[:q] {
 				j.GPU(&pb.gpus[k])
@@ -93,7 +99,22 @@ func benchJoiner(b *testing.B, w *workload) *Joiner[Key] {
 // BenchmarkJoin: one op is one record (launch, API or GPU record) in the
 // 1 launch : 1 API : 3 kernels mix.
 func BenchmarkJoin(b *testing.B) {
+	benchJoin(b, newWorkload(2, 2))
+}
+
+// BenchmarkJoinStreamOrder: BenchmarkJoin with every CUPTI batch annotated
+// with its stream predecessors (sorted per stream) before the join, as the
+// agent feeds it.
+func BenchmarkJoinStreamOrder(b *testing.B) {
 	w := newWorkload(2, 2)
+	w.streams = &StreamOrder{}
+	benchJoin(b, w)
+	if w.streams.Inversions != 0 {
+		b.Fatalf("%d stream-order inversions in an in-order workload", w.streams.Inversions)
+	}
+}
+
+func benchJoin(b *testing.B, w *workload) {
 	j := benchJoiner(b, w)
 	for range 1000 { // past two horizons: steady state, tombstones expiring
 		w.step(j)

@@ -611,11 +611,11 @@ func (p *proc[K]) deliver(c *corrState, r *GPURecord) {
 	case csJoined:
 		k := &p.ks[c.key]
 		if k.gen == c.keyGen && k.state == ksOpen {
+			r.APIStart = c.start // before Add: active time wants it
 			k.agg.Add(r)
 			k.lastGPU = max(k.lastGPU, r.End)
 			j.st.Joined++
 			if j.o.OnJoin != nil {
-				r.APIStart = c.start
 				j.o.OnJoin(k.key, r)
 			}
 			return

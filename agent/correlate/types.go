@@ -51,9 +51,15 @@ type GPURecord struct {
 	// GraphNode is the executed graph node (graph replays; 0 otherwise).
 	GraphNode uint64
 	Kind      Kind
-	// APIStart is set by the Joiner on records it hands to OnJoin: the
-	// start of the API record (the launching call) it joined through.
+	// APIStart is set by the Joiner on the records it joins (aggregated and
+	// handed to OnJoin): the start of the API record (the launching call).
 	APIStart uint64
+	// PrevEnd is the latest end of the work that ran before this record on
+	// its stream (StreamOrder.Annotate; 0 when unknown). A record launched
+	// before PrevEnd waited in the stream's queue: the gap from PrevEnd to
+	// its start is the GPU's own hand-over between queued work, which CUDA
+	// events around the work count (KeyStats.ActiveNs).
+	PrevEnd uint64
 }
 
 // APIRecord is one driver-API record from CUPTI: the CPU side of a call and
@@ -209,6 +215,17 @@ type KeyStats struct {
 	MemsetBytes uint64
 	MemsetNs    uint64
 
+	// ActiveNs is the length of the union of every record's (kernels,
+	// graphs, copies, sets) [a, End], where a is PrevEnd when the record was
+	// launched before PrevEnd (it waited in its stream's queue) and its
+	// Start otherwise: busy time plus the GPU's hand-over gaps between
+	// queued work, without the time a stream sat idle waiting for the CPU
+	// to launch. [ActiveFirst, ActiveLast] spans those intervals
+	// (ElapsedNs).
+	ActiveNs    uint64
+	ActiveFirst uint64
+	ActiveLast  uint64
+
 	// Names holds per-name totals when Options.PerName is set.
 	Names map[uint32]NameTotal
 	// Evicted is set when the key was finalized before its horizon because
@@ -217,6 +234,17 @@ type KeyStats struct {
 }
 
 // SpanNs is the time from the first kernel start to the last kernel end.
+// ElapsedNs is the stream time from the first to the last of the key's
+// work, gaps included: what CUDA events recorded on the stream around the
+// work measure, less the launch latency of a first record that found its
+// stream idle.
+func (s *KeyStats) ElapsedNs() uint64 {
+	if s.ActiveLast <= s.ActiveFirst {
+		return 0
+	}
+	return s.ActiveLast - s.ActiveFirst
+}
+
 func (s *KeyStats) SpanNs() uint64 {
 	if s.Kernels+s.Graphs == 0 || s.LastEnd < s.FirstStart {
 		return 0

@@ -72,6 +72,7 @@ func summarize(r *agent.Report) perCycle {
 				s.CPUSpanNs += ph.CPUSpanNs
 				s.SyncWaitNs += ph.SyncWaitNs
 				s.GPUBusyNs += ph.GPUBusyNs
+				s.GPUActiveNs += ph.GPUActiveNs
 				s.GPUKernels += ph.GPUKernels
 				s.CollBytes += ph.CollBytes
 			}
@@ -114,6 +115,9 @@ func writeDiff(w io.Writer, an, bn string, a, b *agent.Report) error {
 		ca, cb := float64(sa.cycles), float64(sb.cycles)
 		if pa.GPUBusyNs+pb.GPUBusyNs > 0 {
 			row(n, "gpu busy ms", float64(pa.GPUBusyNs)/ca/1e6, float64(pb.GPUBusyNs)/cb/1e6, "")
+			if pa.GPUActiveNs+pb.GPUActiveNs > 0 {
+				row(n, "gpu active ms", float64(pa.GPUActiveNs)/ca/1e6, float64(pb.GPUActiveNs)/cb/1e6, "")
+			}
 			row(n, "kernels", float64(pa.GPUKernels)/ca, float64(pb.GPUKernels)/cb, "")
 		}
 		row(n, "cpu span ms", float64(pa.CPUSpanNs)/ca/1e6, float64(pb.CPUSpanNs)/cb/1e6, "")

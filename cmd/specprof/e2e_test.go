@@ -164,6 +164,7 @@ func TestRunAttributesEveryCall(t *testing.T) {
 					checkKernels(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "events.jsonl"))
 					checkGPUBusy(t, filepath.Join(dir, "truth.jsonl"), &rep, mode == "eager")
 					checkCycles(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "cycles.jsonl"), &rep, cycles)
+					checkActiveElapsed(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "cycles.jsonl"), &rep)
 					t.Logf("%d calls compared", n)
 				})
 			}
@@ -465,5 +466,111 @@ func checkCycles(t *testing.T, truthPath, cyclesPath string, rep *agent.Report, 
 	}
 	if len(wantReplayed) > 0 && withArgs == 0 {
 		t.Errorf("no replayed collective carries its captured call's arguments")
+	}
+}
+
+// checkActiveElapsed: each cycle's per-phase GPU active and elapsed time
+// equal what the simulated ground truth gives (ns-exact, same clock). From
+// the truth alone: every GPU operation's stream predecessor (the latest end
+// among the operations that started before it on its stream); an operation
+// whose launching call began before that end waited in the queue and counts
+// from there, else from its start. Active is the union of those intervals
+// over the phase's operations (listed by correlation id in the timeline),
+// elapsed their first to last. It also asserts that the rule mattered: some
+// operations were queued behind a predecessor with a gap, and some phase's
+// active time differs from its busy time.
+func checkActiveElapsed(t *testing.T, truthPath, cyclesPath string, rep *agent.Report) {
+	t.Helper()
+	recs, err := testenv.ReadTruth(truthPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type sk struct {
+		pid    uint32
+		dev    int
+		stream uint32
+	}
+	type ck struct {
+		pid  uint32
+		corr uint64
+	}
+	enter := map[ck]uint64{}
+	var ops []testenv.TruthRecord
+	for _, r := range recs {
+		switch r.Kind {
+		case "api":
+			enter[ck{r.Pid, r.Corr}] = r.Enter
+		case "kernel", "memcpy", "memset":
+			ops = append(ops, r)
+		}
+	}
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Start < ops[j].Start })
+	type iv struct{ from, end uint64 }
+	byCorr := map[ck][]iv{}
+	last := map[sk]uint64{}
+	queued := 0
+	for _, r := range ops {
+		k := sk{r.Pid, r.Device, r.StreamID}
+		from, prev := r.Start, last[k]
+		if e, ok := enter[ck{r.Pid, r.Corr}]; ok && prev != 0 && e < prev && prev <= r.Start {
+			from = prev
+			if prev < r.Start {
+				queued++
+			}
+		}
+		last[k] = max(prev, r.End)
+		if r.End > r.Start {
+			byCorr[ck{r.Pid, r.Corr}] = append(byCorr[ck{r.Pid, r.Corr}], iv{from, r.End})
+		}
+	}
+	if queued == 0 {
+		t.Errorf("no simulated operation waited behind its stream predecessor: the active-time check proved nothing")
+	}
+	b, err := os.ReadFile(cyclesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked, differs := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var c agent.CycleTrace
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatalf("cycles.jsonl: %v", err)
+		}
+		for _, ph := range c.Phases {
+			if len(ph.GPU) == 0 {
+				continue
+			}
+			seen := map[uint32]bool{}
+			var xs [][2]uint64
+			var first, lastEnd uint64
+			for _, g := range ph.GPU {
+				if seen[g.Corr] {
+					continue // a graph replay lists each of its kernels under one id
+				}
+				seen[g.Corr] = true
+				for _, x := range byCorr[ck{uint32(c.PID), uint64(g.Corr)}] {
+					xs = append(xs, [2]uint64{x.from, x.end})
+					if first == 0 || x.from < first {
+						first = x.from
+					}
+					lastEnd = max(lastEnd, x.end)
+				}
+			}
+			wantActive, wantElapsed := unionNs(xs), int64(lastEnd-first)
+			if ph.Stats.GPUActiveNs != wantActive || ph.Stats.GPUElapsedNs != wantElapsed {
+				t.Errorf("pid %d tid %d cycle %d %s: GPU active %d ns, elapsed %d ns; simulated %d, %d",
+					c.PID, c.TID, c.Cycle, ph.Phase, ph.Stats.GPUActiveNs, ph.Stats.GPUElapsedNs, wantActive, wantElapsed)
+			}
+			if ph.Stats.GPUActiveNs != ph.Stats.GPUBusyNs {
+				differs++
+			}
+			checked++
+		}
+	}
+	if checked == 0 || differs == 0 {
+		t.Errorf("%d phases checked, %d with active time other than busy time: the check proved nothing", checked, differs)
+	}
+	if n := rep.Loss.GPUStreamInversions; n != 0 {
+		t.Errorf("%d GPU records out of stream order", n)
 	}
 }

@@ -142,6 +142,8 @@ func (e *Exporter) emitPhase(ctx context.Context, tr trace.Tracer, p *agent.Phas
 		attribute.Int64("specprof.collective.bytes", s.CollBytes),
 		attribute.Int64("specprof.gpu.kernels", s.GPUKernels),
 		attribute.Int64("specprof.gpu.busy_ns", s.GPUBusyNs),
+		attribute.Int64("specprof.gpu.active_ns", s.GPUActiveNs),
+		attribute.Int64("specprof.gpu.elapsed_ns", s.GPUElapsedNs),
 		attribute.Int64("specprof.gpu.span_ns", s.GPUSpanNs),
 		attribute.Int64("specprof.gpu.kernel_ns", s.GPUKernelNs),
 	}
@@ -190,6 +192,8 @@ func (e *Exporter) emitGPU(ctx context.Context, tr trace.Tracer, p *agent.PhaseT
 	gctx, gs := tr.Start(ctx, SpanGPU, e.at(start), trace.WithAttributes(
 		attribute.String("specprof.phase", p.Phase),
 		attribute.Int64("specprof.gpu.busy_ns", s.GPUBusyNs),
+		attribute.Int64("specprof.gpu.active_ns", s.GPUActiveNs),
+		attribute.Int64("specprof.gpu.elapsed_ns", s.GPUElapsedNs),
 		attribute.Int64("specprof.gpu.kernels", s.GPUKernels),
 		attribute.Int64("specprof.gpu.kernel_ns", s.GPUKernelNs),
 		attribute.Int64("specprof.gpu.span_ns", s.GPUSpanNs),

@@ -236,7 +236,8 @@ func phaseArgs(ph *agent.PhaseTrace) []arg {
 			a = append(a, iArg("syncs", st.Syncs), iArg("sync_wait_ns", st.SyncWaitNs))
 		}
 		if st.GPUCycles > 0 {
-			a = append(a, iArg("gpu_kernels", st.GPUKernels), iArg("gpu_busy_ns", st.GPUBusyNs), iArg("gpu_kernel_ns", st.GPUKernelNs))
+			a = append(a, iArg("gpu_kernels", st.GPUKernels), iArg("gpu_busy_ns", st.GPUBusyNs), iArg("gpu_kernel_ns", st.GPUKernelNs),
+				iArg("gpu_active_ns", st.GPUActiveNs), iArg("gpu_elapsed_ns", st.GPUElapsedNs))
 		}
 		if st.Colls > 0 {
 			a = append(a, iArg("collectives", st.Colls), iArg("collective_bytes", st.CollBytes))
