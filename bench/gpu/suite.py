@@ -57,7 +57,13 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # sampler and the pprof/Perfetto outputs (which keep every GPU record).
 # fullidle and ebpflean split the standing cost: the injected library connected with GPU tracing
 # almost never on (1 ms a minute), and the eBPF tracer without the sampler and the exports.
-EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean"]
+# fullev: specprof full on a run that also records the CUDA events of (g): specprof's GPU elapsed
+# time against the events of the same run (same GPU timeline).
+# idlenoov, idleoff and dutynoov split the library's standing cost further: fullidle without
+# CUPTI's OVERHEAD activity kind (on outside the windows), fullidle with the library injected but
+# switched off before it subscribes to CUPTI (SPECPROF_CUPTI_DISABLE=1), fullduty without OVERHEAD.
+EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean", "fullev",
+                 "idlenoov", "idleoff", "dutynoov"]
 LABEL = {
     "none": "(a) none",
     "ebpf": "(b) specprof eBPF only",
@@ -73,12 +79,18 @@ LABEL = {
     "fulldutylong": "(c6) specprof full, GPU tracing in longer windows (--cupti-duty 500ms/5s)",
     "fullidle": "(c7) specprof full, GPU tracing 1 ms a minute (--cupti-duty 1ms/60s): the library's standing cost",
     "ebpflean": "(b2) specprof eBPF only, no CPU sampler, no pprof/Perfetto",
+    "fullev": "(c8) specprof full + CUDA events in the same run",
+    "idlenoov": "(c9) as (c7), without CUPTI's OVERHEAD records",
+    "idleoff": "(c10) as (c7), the library injected but not subscribed to CUPTI",
+    "dutynoov": "(c11) as (c4), without CUPTI's OVERHEAD records",
     "calib": "calibration",
 }
 TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-profiler",
           "v3": "v3", "v4": "v4", "cudaev": "cuda-events", "fullall": "none", "fulllean": "none",
-          "fullduty": "none", "fullgraph": "none", "fulldutylong": "none", "fullidle": "none", "ebpflean": "none"}
-CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle")
+          "fullduty": "none", "fullgraph": "none", "fulldutylong": "none", "fullidle": "none", "ebpflean": "none",
+          "fullev": "cuda-events", "idlenoov": "none", "idleoff": "none", "dutynoov": "none"}
+CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "fullev",
+                 "idlenoov", "idleoff", "dutynoov")
 SPECPROF_METHODS = ("ebpf", "ebpflean") + CUPTI_METHODS
 WORKLOADS = ["hf", "eagle-graph", "eagle-eager"]
 FAMILY = {"hf": "hf", "eagle-graph": "eagle", "eagle-eager": "eagle"}
@@ -94,7 +106,7 @@ PHASE_ORDER = ["spec.draft", "spec.verify", "spec.accept", "spec.draft_extend", 
 NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows")
 # Seconds a run is expected to take before one was seen (budget planning).
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
-EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0,
+EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0, "fullev": 10.0, "idlenoov": 10.0, "idleoff": 10.0, "dutynoov": 10.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
@@ -261,9 +273,9 @@ def specprof_cmd(a, method, w, outdir, inner):
            "--preset", PRESET[w], "-o", outdir, "--cycles-jsonl"]
     if method in ("fulllean", "ebpflean"):
         cmd += ["--cpu-hz", "0", "--pprof=false", "--perfetto=false"]
-    if method == "fullidle":
+    if method in ("fullidle", "idlenoov", "idleoff"):
         cmd += ["--cupti-duty", "1ms/60s"]
-    if method == "fullduty":
+    if method in ("fullduty", "dutynoov"):
         cmd += ["--cupti-duty", "100ms/1s"]
     if method == "fullgraph":
         cmd += ["--cupti-graphs", "graph"]
@@ -420,6 +432,8 @@ def parse_report(path):
             d["gpu_span"] = (ph.get("gpu_span_ns") or 0) / gc / 1e6
             d["gpu_busy"] = (ph.get("gpu_busy_ns") or 0) / gc / 1e6
             d["gpu_kernel"] = (ph.get("gpu_kernel_ns") or 0) / gc / 1e6
+            d["gpu_active"] = (ph.get("gpu_active_ns") or 0) / gc / 1e6
+            d["gpu_elapsed_sp"] = (ph.get("gpu_elapsed_ns") or 0) / gc / 1e6
             d["gpu_n"] = gc
         out["phases"][name] = d
     return out
@@ -453,6 +467,7 @@ def loop_cycles(report, path, window):
                 st = ph.get("stats") or {}
                 d = acc.setdefault(ph.get("phase"), {"n": 0, "gpu_n": 0, "cpu_span": 0.0, "sync_wait": 0.0,
                                                      "gpu_span": 0.0, "gpu_busy": 0.0, "gpu_kernel": 0.0,
+                                                     "gpu_active": 0.0, "gpu_elapsed_sp": 0.0,
                                                      "cpu_sampled": 0.0, "samples": 0, "launches": 0.0})
                 d["n"] += 1
                 d["cpu_span"] += (st.get("cpu_span_ns") or 0) / 1e6
@@ -466,6 +481,8 @@ def loop_cycles(report, path, window):
                     d["gpu_span"] += (st.get("gpu_span_ns") or 0) / 1e6
                     d["gpu_busy"] += (st.get("gpu_busy_ns") or 0) / 1e6
                     d["gpu_kernel"] += (st.get("gpu_kernel_ns") or 0) / 1e6
+                    d["gpu_active"] += (st.get("gpu_active_ns") or 0) / 1e6
+                    d["gpu_elapsed_sp"] += (st.get("gpu_elapsed_ns") or 0) / 1e6
     if not n:
         return
     phases = {}
@@ -475,7 +492,7 @@ def loop_cycles(report, path, window):
         if d["samples"]:
             o["cpu_sampled"] = d["cpu_sampled"] / d["n"]
         if d["gpu_n"]:
-            for k in ("gpu_span", "gpu_busy", "gpu_kernel"):
+            for k in ("gpu_span", "gpu_busy", "gpu_kernel", "gpu_active", "gpu_elapsed_sp"):
                 o[k] = d[k] / d["gpu_n"]
             o["gpu_n"] = d["gpu_n"]
         phases[name] = o
@@ -488,12 +505,17 @@ def phase_metrics(method, res, report):
     out = {}
     if method in SPECPROF_METHODS and report:
         keys = ("cpu_span", "sync_wait", "cpu_sampled") if method in ("ebpf", "ebpflean") else \
-            ("gpu_span", "gpu_busy", "gpu_kernel", "cpu_span", "cpu_sampled")
+            ("gpu_span", "gpu_busy", "gpu_kernel", "gpu_active", "gpu_elapsed_sp", "cpu_span", "cpu_sampled")
         for name, d in (report.get("phases") or {}).items():
             m = {k: d[k] for k in keys if k in d}
             if m:
                 m["n"] = d.get("gpu_n", d.get("n"))
                 out[name] = m
+        if method == "fullev" and res:
+            # The same run's CUDA events: the reference for specprof's gpu elapsed.
+            for name, d in (res.get("phases") or {}).items():
+                if d.get("mean_ms") is not None:
+                    out.setdefault(name, {})["gpu_elapsed_ev"] = d["mean_ms"]
         return out
     if not res:
         return out
@@ -554,6 +576,10 @@ class Suite:
         env["SPECPROF_SUITE_METHOD"] = method
         if method == "fullall":
             env["SPECPROF_CUPTI_API"] = "all"
+        if method in ("idlenoov", "dutynoov"):
+            env["SPECPROF_CUPTI_KINDS"] = "kernel,memcpy,memset,api,sync"
+        if method == "idleoff":
+            env["SPECPROF_CUPTI_DISABLE"] = "1"
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -619,7 +645,9 @@ class Suite:
                 row["specprof_loss"] = report.get("loss_total")
                 if not report.get("cycles"):
                     errs.append("specprof: no cycles in the report (%s)" % "; ".join(report.get("problems") or []))
-                if m in CUPTI_METHODS and report.get("cycles") and not report.get("gpu"):
+                # (c7, c9, c10) trace the GPU 1 ms a minute, or not at all: no GPU figures expected.
+                if m in CUPTI_METHODS and m not in ("fullidle", "idlenoov", "idleoff") and report.get("cycles") \
+                        and not report.get("gpu"):
                     errs.append("specprof: no GPU figures in the report (CUPTI records not joined)")
         if rc not in (0, None) and not timed_out and not errs:
             errs.append("exit code %s: %s" % (rc, tail(os.path.join(run_dir, "stderr.txt"))))
@@ -967,8 +995,14 @@ def render(rows, meta, a):
     L.append("- Per-phase times are ms per occurrence of the phase (per cycle), medians over runs, and in "
              "parentheses the difference to the ground truth (g): CUDA events recorded on the stream at "
              "the phase's start and end, in a separate run, so (g) is the GPU time from the phase's first "
-             "to last work including gaps. `gpu span` (first kernel start to last kernel end of the "
-             "phase's launches) is the comparable figure for (c) and (d); `gpu busy` is the union of "
+             "to last work including gaps. specprof (c): `gpu active` is the union of the phase's kernels, "
+             "copies and sets, each counted from its stream predecessor's end when it was launched before "
+             "that end (the GPU's hand-over gap, which events count), without the time the stream waited "
+             "for the CPU: on a GPU-bound phase the figure to compare with (g), and one that specprof's own "
+             "CPU cost does not stretch. `gpu elapsed` is the phase's stream time from its first to last "
+             "work, every gap included: what events measure in the same run; (c8) compares it with the "
+             "CUDA events recorded in its own runs. `gpu span` (first kernel start to last kernel end of the "
+             "phase's launches) is the figure torch.profiler (d) gives too; `gpu busy` is the union of "
              "kernel intervals, `kernel sum` their sum; `cpu span` (b, c) the CPU time from the phase's "
              "first to last driver call, `cpu sampled` (b, c; when specprof's CPU sampler ran) the "
              "sampled CPU time; (e) `wall+sync` and (f) `wall` are the timers' own readings.")
@@ -1036,13 +1070,16 @@ def throughput_table(wr):
 
 
 METRIC_LABEL = {"gpu_elapsed": "gpu elapsed (truth)", "gpu_span": "gpu span", "gpu_busy": "gpu busy",
+                "gpu_active": "gpu active", "gpu_elapsed_sp": "gpu elapsed",
+                "gpu_elapsed_ev": "CUDA events, same run",
                 "gpu_kernel": "kernel sum", "cpu_span": "cpu span", "sync_wait": "sync wait",
                 "wall_sync": "wall+sync", "wall": "wall", "cpu_sampled": "cpu sampled"}
-METHOD_METRICS = [("cudaev", "gpu_elapsed"), ("full", "gpu_span"), ("full", "gpu_busy"),
+METHOD_METRICS = [("cudaev", "gpu_elapsed"), ("full", "gpu_active"), ("full", "gpu_elapsed_sp"), ("full", "gpu_span"), ("full", "gpu_busy"),
                   ("full", "gpu_kernel"), ("full", "cpu_span"), ("full", "cpu_sampled"),
+                  ("fullev", "gpu_elapsed_ev"), ("fullev", "gpu_elapsed_sp"), ("fullev", "gpu_active"), ("fullev", "gpu_busy"),
                   ("ebpf", "cpu_span"), ("ebpf", "sync_wait"), ("ebpf", "cpu_sampled"), ("torchprof", "gpu_span"), ("torchprof", "gpu_busy"),
                   ("torchprof", "gpu_kernel"), ("v3", "wall_sync"), ("v4", "wall")]
-COMPARE_TO_TRUTH = {"gpu_span", "gpu_busy", "gpu_kernel", "wall_sync", "wall"}
+COMPARE_TO_TRUTH = {"gpu_span", "gpu_busy", "gpu_kernel", "gpu_active", "gpu_elapsed_sp", "wall_sync", "wall"}
 
 
 def phase_table(wr):
@@ -1065,7 +1102,10 @@ def phase_table(wr):
         return ["(no per-phase figures yet)"]
     order = [p for p in PHASE_ORDER if p in phases] + sorted(p for p in phases if p not in PHASE_ORDER)
     truth = {ph: median(vals.get(("cudaev", "gpu_elapsed", ph), [])) for ph in order}
-    L = ["Per-phase time, ms per occurrence (median over runs; vs (g) in parentheses):", "",
+    # (c8) records CUDA events itself: its figures are compared with those, on the same timeline.
+    same_run = {ph: median(vals.get(("fullev", "gpu_elapsed_ev", ph), [])) for ph in order}
+    L = ["Per-phase time, ms per occurrence (median over runs; in parentheses vs (g), and for (c8) vs "
+         "the CUDA events of its own runs):", "",
          "| method | figure | " + " | ".join(order) + " |",
          "|---|---|" + "---|" * len(order)]
     for m, metric in METHOD_METRICS:
@@ -1074,7 +1114,7 @@ def phase_table(wr):
         cells = []
         for ph in order:
             v = median(vals.get((m, metric, ph), []))
-            t = truth.get(ph)
+            t = same_run.get(ph) if m == "fullev" else truth.get(ph)
             if v is None:
                 cells.append("—")
             elif m != "cudaev" and metric in COMPARE_TO_TRUTH and t:
