@@ -138,9 +138,9 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 		}
 	}
 	l := r.Loss
-	if l.LaunchesWithoutAPI+l.GPUUnhooked+l.GPUWithoutAPI+l.GPULate+l.GPUDuplicates+l.GPUPending > 0 {
-		fmt.Fprintf(w, "GPU join: launches without a CUPTI API record %d; GPU records of unhooked calls %d, without API record %d, late %d, duplicated %d, pending %d\n",
-			l.LaunchesWithoutAPI, l.GPUUnhooked, l.GPUWithoutAPI, l.GPULate, l.GPUDuplicates, l.GPUPending)
+	if l.LaunchesWithoutAPI+l.GPUUnhooked+l.GPUWithoutAPI+l.GPULate+l.GPUDuplicates+l.GPUPending+l.GPUStreamInversions > 0 {
+		fmt.Fprintf(w, "GPU join: launches without a CUPTI API record %d; GPU records of unhooked calls %d, without API record %d, late %d, duplicated %d, pending %d, out of stream order %d\n",
+			l.LaunchesWithoutAPI, l.GPUUnhooked, l.GPUWithoutAPI, l.GPULate, l.GPUDuplicates, l.GPUPending, l.GPUStreamInversions)
 	}
 	if c := r.CPU; c.Samples > 0 || l.SamplesLost > 0 {
 		fmt.Fprintf(w, "\ncpu samples %d (%s ms of CPU): %d with a Python stack, %d in the kernel; without a Python stack: %d native threads, %d unknown interpreter, %d read errors; %d stacks truncated, %d torn frames (taken mid frame push); %d lost (ring buffer full)\n",
