@@ -40,6 +40,7 @@ static struct {
     uint64_t kernel_ns;
     uint64_t lat;
     uint64_t gap;
+    uint64_t qgap;
     uint64_t copy_bpus;
     int legacy_barrier;
 } cfg;
@@ -150,6 +151,7 @@ static void cfg_init(void) {
     cfg.kernel_ns = env_u64("SPECPROF_SIM_KERNEL_NS", 10000, 0);
     cfg.lat = env_u64("SPECPROF_SIM_LAUNCH_LATENCY_NS", 4000, 0);
     cfg.gap = env_u64("SPECPROF_SIM_GRAPH_NODE_GAP_NS", 1000, 0);
+    cfg.qgap = env_u64("SPECPROF_SIM_QUEUE_GAP_NS", 0, 0);
     cfg.copy_bpus = env_u64("SPECPROF_SIM_COPY_BYTES_PER_US", 20000, 1);
     cfg.legacy_barrier = env_u64("SPECPROF_SIM_LEGACY_BARRIER", 0, 0) != 0;
     g_pid = (uint32_t)getpid();
@@ -474,10 +476,12 @@ static uint64_t stream_ready(struct stream *s) {
     return t;
 }
 
+/* Work queued behind other work starts cfg.qgap after it ends (the GPU's hand-over, which CUDA
+ * events count); work submitted to an idle stream starts cfg.lat after its submission. */
 static void schedule(struct stream *s, uint64_t now, uint64_t dur, uint64_t *start, uint64_t *end) {
     uint64_t st = now + cfg.lat;
     uint64_t r = stream_ready(s);
-    if (r > st) st = r;
+    if (r && r + cfg.qgap > st) st = r + cfg.qgap;
     *start = st;
     *end = st + dur;
     s->free_at = *end;
@@ -1910,7 +1914,7 @@ static CUresult graph_launch(struct call *C, CUgraphExec hExec, CUstream h, int 
     uint64_t now = now_ns();
     uint64_t t = now + cfg.lat;
     uint64_t r = stream_ready(s);
-    if (r > t) t = r;
+    if (r && r + cfg.qgap > t) t = r + cfg.qgap;
     for (size_t i = 0; i < x->n; i++) {
         struct node *nd = &x->nodes[i];
         if (i > 0) t += cfg.gap;
@@ -2063,6 +2067,7 @@ EXPORT void simgpu_get_config(simgpu_config *out) {
     out->kernel_ns = cfg.kernel_ns;
     out->launch_latency_ns = cfg.lat;
     out->graph_node_gap_ns = cfg.gap;
+    out->queue_gap_ns = cfg.qgap;
     out->copy_bytes_per_us = cfg.copy_bpus;
     out->legacy_barrier = cfg.legacy_barrier;
 }

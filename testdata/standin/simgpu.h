@@ -11,6 +11,8 @@
  *   SPECPROF_SIM_KERNEL_NS            default kernel duration (default 10000)
  *   SPECPROF_SIM_LAUNCH_LATENCY_NS    submit-to-start latency of a GPU operation (default 4000)
  *   SPECPROF_SIM_GRAPH_NODE_GAP_NS    gap between consecutive nodes of a graph replay (default 1000)
+ *   SPECPROF_SIM_QUEUE_GAP_NS         gap between an operation and the one queued behind it on its
+ *                                     stream, the GPU's hand-over (default 0)
  *   SPECPROF_SIM_COPY_BYTES_PER_US    copy/memset bandwidth in bytes per µs (default 20000)
  *   SPECPROF_SIM_LEGACY_BARRIER       1: the legacy default stream synchronizes with blocking streams
  *                                     like the real one (default 0: every stream is independent)
@@ -141,6 +143,7 @@ typedef struct simgpu_config {
     uint64_t graph_node_gap_ns;
     uint64_t copy_bytes_per_us;
     int legacy_barrier;
+    uint64_t queue_gap_ns;
 } simgpu_config;
 
 /* Registers an observer (the struct is copied). Returns 0, or -1 when full (8) or obs is NULL. */

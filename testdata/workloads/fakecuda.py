@@ -203,6 +203,7 @@ class Cuda(object):
         self._cuEventRecord = bind("cuEventRecord", c_void_p, c_void_p)
         self._cuStreamWaitEvent = bind("cuStreamWaitEvent", c_void_p, c_void_p, c_uint)
         self._cuEventSynchronize = bind("cuEventSynchronize", c_void_p)
+        self._cuEventElapsedTime = bind("cuEventElapsedTime", P(ctypes.c_float), c_void_p, c_void_p)
         self._cuLaunchKernel = bind(
             "cuLaunchKernel", c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint,
             c_void_p, c_void_p, c_void_p)
@@ -374,6 +375,12 @@ class Cuda(object):
 
     def _stream_wait_event(self, stream, ev):
         self._check("cuStreamWaitEvent", self._cuStreamWaitEvent(stream, ev, 0))
+
+    def event_elapsed_ms(self, start, end):
+        """cuEventElapsedTime: ms between two recorded, completed timing events."""
+        ms = ctypes.c_float()
+        self._check("cuEventElapsedTime", self._cuEventElapsedTime(byref(ms), start, end))
+        return ms.value
 
     def event_sync(self, ev):
         if self.wrap is None:
