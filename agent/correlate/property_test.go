@@ -178,6 +178,7 @@ type truth struct {
 func (sc *scenario) truth() *truth {
 	tr := &truth{keys: map[Key]*KeyStats{}, corrKey: map[[2]int]Key{}, reasons: map[Reason]int{}}
 	ivs := map[Key][][2]uint64{}
+	act := map[Key][][2]uint64{}
 	for _, l := range sc.launches {
 		ks := tr.keys[l.key]
 		if ks == nil {
@@ -222,6 +223,15 @@ func (sc *scenario) truth() *truth {
 			ks := tr.keys[k]
 			r := g.r
 			d := r.End - r.Start
+			// No stream predecessors here (PrevEnd 0): active time is the
+			// union of every record's own interval.
+			if r.End > r.Start {
+				if ks.ActiveLast == 0 || r.Start < ks.ActiveFirst {
+					ks.ActiveFirst = r.Start
+				}
+				ks.ActiveLast = max(ks.ActiveLast, r.End)
+				act[k] = append(act[k], [2]uint64{r.Start, r.End})
+			}
 			switch r.Kind {
 			case Kernel:
 				if ks.Kernels == 0 || r.Start < ks.FirstStart {
@@ -244,6 +254,9 @@ func (sc *scenario) truth() *truth {
 	}
 	for k, iv := range ivs {
 		tr.keys[k].BusyNs = bruteUnion(iv)
+	}
+	for k, iv := range act {
+		tr.keys[k].ActiveNs = bruteUnion(iv)
 	}
 	tr.st.KeysFinalized = uint64(len(tr.keys))
 	return tr
