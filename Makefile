@@ -10,7 +10,7 @@ BUILD   := build
 STANDIN := $(abspath $(BUILD)/standin)
 BIN     := $(BUILD)/specprof
 
-.PHONY: all build generate check-generate standins test test-unit bench demo lint clean jaeger
+.PHONY: test-python all build generate check-generate standins test test-unit bench demo lint clean jaeger
 
 all: build
 
@@ -36,6 +36,11 @@ standins:
 test: standins
 	$(GO) test -count=1 -timeout 30m ./...
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./cupti/
+	$(MAKE) test-python
+
+# The GPU benchmark suite's driver, report parsing and EAGLE worker logic, without a GPU.
+test-python:
+	python3 bench/gpu/test_suite_dryrun.py
 
 test-unit:
 	$(GO) test -count=1 -short ./...

@@ -540,7 +540,8 @@ class Suite:
     def __init__(self, a):
         self.a = a
         self.t0 = time.monotonic()
-        self.session = now_utc().strftime("%Y%m%dT%H%M%SZ")
+        # Unique across calls started in the same second (merged result dirs dedupe by run id).
+        self.session = now_utc().strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(2).hex()
         self.rows = []
         self.observed = {}
         self.noise = {}

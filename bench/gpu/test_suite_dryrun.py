@@ -65,7 +65,8 @@ FAKE_SPECPROF = textwrap.dedent(r'''
              "sync_wait_ns": 10000, "cpu_span_ns": int(gt[n] * 0.3e6 * 100)}
         if cupti == "on":
             p.update(gpu_cycles=100, gpu_kernels=1000, gpu_busy_ns=int(gt[n] * 0.97e6 * 100),
-                     gpu_span_ns=int(gt[n] * 1.0e6 * 100), gpu_kernel_ns=int(gt[n] * 0.97e6 * 100))
+                     gpu_span_ns=int(gt[n] * 1.0e6 * 100), gpu_kernel_ns=int(gt[n] * 0.97e6 * 100),
+                     gpu_active_ns=int(gt[n] * 0.99e6 * 100), gpu_elapsed_ns=int(gt[n] * 1.0e6 * 100))
         phases.append(p)
     rep = {"preset": preset, "phase_order": names, "events": 12345,
            "loss": {"ringbuf_full": 0, "decode_errors": 0},
@@ -184,6 +185,35 @@ class TestDriver(DryRunBase):
         self.assertEqual(len(rows2), len(rows) + 1 + 2)
         self.assertEqual(len({x["session"] for x in rows2}), 2)
         self.assertIn("| (c) specprof eBPF + CUPTI | 3 / 3 |", self.table())
+
+    def test_split_and_same_run_methods(self):
+        """(c8) fullev: specprof plus CUDA events in one run, its elapsed compared with those
+        events; (c9-c11): the standing-cost split, with their environment and duty flags."""
+        r = self.suite("--workloads", "eagle-graph", "--methods", "cudaev,full,fullev,idlenoov,idleoff,dutynoov",
+                       "--reps", "1")
+        self.assertEqual(r.returncode, 0, self.last_output)
+        runs = {x["method"]: x for x in self.rows() if x["method"] != "calib"}
+        self.assertEqual(sorted(runs), sorted(["cudaev", "full", "fullev", "idlenoov", "idleoff", "dutynoov"]))
+        for m, x in runs.items():
+            self.assertEqual(x["status"], "ok", (m, x["error"]))
+            with open(os.path.join(self.out, "runs", x["run_id"], "cmd.txt")) as f:
+                cmd = f.read()
+            if m == "fullev":
+                self.assertIn("--timing cuda-events", cmd)
+            if m in ("idlenoov", "idleoff"):
+                self.assertIn("--cupti-duty 1ms/60s", cmd)
+            if m == "dutynoov":
+                self.assertIn("--cupti-duty 100ms/1s", cmd)
+        ph = read_csv(os.path.join(self.out, "phases.csv"))
+        got = {(p["method"], p["phase"], p["metric"]) for p in ph}
+        for metric in ("gpu_active", "gpu_elapsed_sp"):
+            self.assertIn(("full", "spec.verify", metric), got)
+        self.assertIn(("fullev", "spec.verify", "gpu_elapsed_ev"), got)
+        t = self.table()
+        self.assertIn("| (c) specprof eBPF + CUPTI | gpu active | ", t)
+        self.assertIn("| (c8) specprof full + CUDA events in the same run | CUDA events, same run | ", t)
+        # (c8)'s elapsed is compared with its own runs' events (1.0 × truth here, elapsed 1.0 ×):
+        self.assertIn("| (c8) specprof full + CUDA events in the same run | gpu elapsed | 0.500 (+0.0 %, +0 µs)", t)
 
     def test_two_calls_merged(self):
         """Two device calls write two result dirs; --render-only --merge makes one table."""
@@ -323,6 +353,22 @@ def _state(pid):
         return st[st.rindex(")") + 2:].split()[0]
     except OSError:
         return "gone"
+
+
+class TestTPRender(unittest.TestCase):
+    def test_render_recorded_run(self):
+        """tp_run.render turns the recorded two-rank H200 run (session 4) into its report: the
+        cost table, the references and per-rank collective rows with the arrival clock."""
+        import json
+        import tp_run
+        with open(os.path.join(HERE, "results/2026-11-29-s4/tp2/tp.json")) as f:
+            res = json.load(f)
+        md = tp_run.render(res)
+        self.assertIn("## Throughput, with and without specprof", md)
+        self.assertIn("| on | 2230.7 | 2109.9 | 5.42% | True |", md)
+        self.assertIn("| compared on |", md)
+        self.assertIn("| spec.draft | AllReduce | bfloat16 | 8192 | RING/LL |", md)
+        self.assertEqual(md.count("## specprof, "), 4)
 
 
 class TestReport(unittest.TestCase):
