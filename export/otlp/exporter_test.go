@@ -238,6 +238,8 @@ func TestSpanTree(t *testing.T) {
 			wantAttr(t, ps, "specprof.phase", p.Phase)
 			wantAttr(t, ps, "specprof.cpu_span_ns", int64(p.End-p.Start))
 			wantAttr(t, ps, "specprof.gpu.busy_ns", p.Stats.GPUBusyNs)
+			wantAttr(t, ps, "specprof.gpu.active_ns", p.Stats.GPUActiveNs)
+			wantAttr(t, ps, "specprof.gpu.elapsed_ns", p.Stats.GPUElapsedNs)
 			wantAttr(t, ps, "specprof.gpu.kernels", p.Stats.GPUKernels)
 			wantAttr(t, ps, "specprof.sync.wait_ns", p.Stats.SyncWaitNs)
 			wantAttr(t, ps, "specprof.launches", p.Stats.Launches)

@@ -171,7 +171,8 @@ func TestTrace(t *testing.T) {
 		if (e.Name == "other") != strings.Contains(tn, "overlap") {
 			t.Errorf("phase %s on %q", e.Name, tn)
 		}
-		if e.Name == "spec.verify" && (e.Dur != 500_000 || e.Args["func"] != exporttest.VerifyFunc.String()) {
+		if e.Name == "spec.verify" && (e.Dur != 500_000 || e.Args["func"] != exporttest.VerifyFunc.String() ||
+			e.Args["gpu_active_ns"] == nil || e.Args["gpu_elapsed_ns"] == nil) {
 			t.Errorf("verify slice %+v", e)
 		}
 	}

@@ -76,12 +76,13 @@ func lossReport() *agent.Report {
 func TestCycleMetrics(t *testing.T) {
 	m := New(Options{})
 	const n = 4
-	var busy, kernels, wait float64
+	var busy, active, kernels, wait float64
 	for i := 1; i <= n; i++ {
 		c := exporttest.Cycle(4242, 4242, i, uint64(i)*2_000_000)
 		for _, ph := range c.Phases {
 			if ph.Phase == "spec.verify" {
 				busy += float64(ph.Stats.GPUBusyNs) / 1e9
+				active += float64(ph.Stats.GPUActiveNs) / 1e9
 				kernels += float64(ph.Stats.GPUKernels)
 			}
 			if ph.Phase == "spec.accept" {
@@ -103,6 +104,10 @@ func TestCycleMetrics(t *testing.T) {
 	g := series(t, fams, "specprof_phase_gpu_busy_seconds", verify).GetHistogram()
 	if g.GetSampleCount() != n || !near(g.GetSampleSum(), busy) || busy == 0 {
 		t.Errorf("verify GPU busy: %d observations, %g s, want %g s", g.GetSampleCount(), g.GetSampleSum(), busy)
+	}
+	ga := series(t, fams, "specprof_phase_gpu_active_seconds", verify).GetHistogram()
+	if ga.GetSampleCount() != n || !near(ga.GetSampleSum(), active) || active <= busy {
+		t.Errorf("verify GPU active: %d observations, %g s, want %g s (busy %g s)", ga.GetSampleCount(), ga.GetSampleSum(), active, busy)
 	}
 	c := series(t, fams, "specprof_phase_cpu_span_seconds", verify).GetHistogram()
 	if c.GetSampleCount() != n || !near(c.GetSampleSum(), n*500e-6) {

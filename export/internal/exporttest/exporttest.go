@@ -110,6 +110,10 @@ func stats(ph *agent.PhaseTrace) *agent.PhaseStats {
 			lo, hi = min(lo, x[0]), max(hi, x[1])
 		}
 		st.GPUSpanNs = int64(hi - lo)
+		// Active and elapsed need stream predecessors (agent/correlate):
+		// distinct stand-in values, so that exporters are seen to copy them.
+		st.GPUActiveNs = st.GPUBusyNs + 7
+		st.GPUElapsedNs = st.GPUSpanNs + 11
 	}
 	for _, sy := range ph.Syncs {
 		st.Syncs++
