@@ -477,6 +477,11 @@ type mockStats struct {
 	DriverCB    uint64            `json:"driver_callbacks"`
 	ResourceCB  uint64            `json:"resource_callbacks"`
 	Warnings    []string          `json:"warnings"`
+	// Detach (SPECPROF_CUPTI_DETACH).
+	Subscribes         int `json:"subscribes"`
+	Finalizes          int `json:"finalizes"`
+	FinalizeOutside    int `json:"finalize_outside_exit_callback"`
+	CallsWhileDetached int `json:"calls_while_detached"`
 }
 
 func readMockStats(t testing.TB, path string) mockStats {

@@ -194,6 +194,26 @@ func TestNoAgent(t *testing.T) {
 		float64(med(inj))/float64(med(plain)), med(inj), med(plain))
 }
 
+// TestNoAgentDetach: with SPECPROF_CUPTI_DETACH=1 and nobody listening the library detaches
+// CUPTI for good, in an application thread's API exit callback, makes no CUPTI call after it,
+// and the workload's output is unchanged.
+func TestNoAgentDetach(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "nobody.sock")
+	mstats := filepath.Join(dir, "mock.json")
+	args := workloadArgs("eager", 200)
+	res := runWorkload(t, injectEnv(t, sock, "SPECPROF_MOCK_CUPTI_STATS="+mstats, "SPECPROF_CUPTI_DETACH=1"), args...)
+	sameOutput(t, res, args...)
+	if l := specprofLines(res.stderr); len(l) != 0 {
+		t.Errorf("library complained: %q", l)
+	}
+	ms := readMockStats(t, mstats)
+	if ms.Subscribes != 1 || ms.Finalizes != 1 || ms.FinalizeOutside != 0 || ms.CallsWhileDetached != 0 || ms.EverEnabled {
+		t.Errorf("mock CUPTI: %d subscribes, %d finalizes (%d outside an API exit callback), %d calls while detached, kinds enabled %v; warnings %q",
+			ms.Subscribes, ms.Finalizes, ms.FinalizeOutside, ms.CallsWhileDetached, ms.EverEnabled, ms.Warnings)
+	}
+}
+
 // TestLateAgent starts the workload with nobody listening; the agent appears later: the
 // library connects within its retry period, sends the graph nodes captured before, and every
 // kernel submitted after the connection arrives.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The H200 runs prepared in session 5 and not yet made (its device time was spent): from the
+# The H200 runs prepared in sessions 5 and 6 (accuracy, standing, hf ran in session 6): from the
 # repository root, as root, on an nvidia-h200 machine with build/specprof and
 # build/libspecprof_cupti.so carried. One part per call (each fits the 600 s limit); results are
 # copied flat into $OUT (table.md, raw.csv, phases.csv per suite run).
@@ -8,6 +8,8 @@
 #   standing   (issue 6) the injected library's standing cost on the graph loop, split:
 #              fullidle, idlenoov (no OVERHEAD kind), idleoff (not subscribed), fullduty, dutynoov.
 #   hf         (issue 6) HF assisted generation: none, full, fullduty, torchprof, 3 repetitions.
+#   detach     (issue 6) 6 windows of 100ms/1s (or 2 of 500ms/5s), then CUPTI detached for good, on
+#              the graph loop; then the HF cells not measured yet: (b), (e), (f), (g), 3 repetitions.
 set -u
 P=${PYTHON:-/opt/torch/.venv/bin/python3}
 OUT=${OUT:-/tmp/specprof-pending}
@@ -36,8 +38,15 @@ standing)
 hf)
   suite hf --workloads hf --methods none,full,fullduty,torchprof --reps 3 --budget-s 560 --run-timeout-s 120
   ;;
+detach)
+  # (issue 6) a few windows, then CUPTI detached for good (the windows start at cuInit, about 1-2 s
+  # before the measured loop of 8.7 s: 6 windows of 100ms/1s detach in its middle).
+  suite detach --workloads eagle-graph --methods none,fullduty,fulldetach,fulldetachlong,idledetach \
+    --eagle-cycles 6000 --reps 3 --budget-s 380 --run-timeout-s 45
+  suite hfcells --workloads hf --methods none,ebpf,v3,v4,cudaev --reps 2 --budget-s 200 --run-timeout-s 120
+  ;;
 *)
-  echo "usage: $0 accuracy|standing|hf" >&2
+  echo "usage: $0 accuracy|standing|hf|detach" >&2
   exit 2
   ;;
 esac

@@ -62,8 +62,10 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # idlenoov, idleoff and dutynoov split the library's standing cost further: fullidle without
 # CUPTI's OVERHEAD activity kind (on outside the windows), fullidle with the library injected but
 # switched off before it subscribes to CUPTI (SPECPROF_CUPTI_DISABLE=1), fullduty without OVERHEAD.
+# fulldetach, fulldetachlong and idledetach: fullduty, fulldutylong and fullidle limited to a few
+# windows (--cupti-windows), after which CUPTI is detached for good (--cupti-detach).
 EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean", "fullev",
-                 "idlenoov", "idleoff", "dutynoov"]
+                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach"]
 LABEL = {
     "none": "(a) none",
     "ebpf": "(b) specprof eBPF only",
@@ -83,14 +85,21 @@ LABEL = {
     "idlenoov": "(c9) as (c7), without CUPTI's OVERHEAD records",
     "idleoff": "(c10) as (c7), the library injected but not subscribed to CUPTI",
     "dutynoov": "(c11) as (c4), without CUPTI's OVERHEAD records",
+    "fulldetach": "(c12) as (c4), 6 windows, then CUPTI detached (--cupti-windows 6 --cupti-detach)",
+    "fulldetachlong": "(c13) as (c6), 2 windows, then CUPTI detached (--cupti-windows 2 --cupti-detach)",
+    "idledetach": "(c14) as (c7), 1 window, then CUPTI detached (--cupti-windows 1 --cupti-detach)",
     "calib": "calibration",
 }
 TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-profiler",
           "v3": "v3", "v4": "v4", "cudaev": "cuda-events", "fullall": "none", "fulllean": "none",
           "fullduty": "none", "fullgraph": "none", "fulldutylong": "none", "fullidle": "none", "ebpflean": "none",
-          "fullev": "cuda-events", "idlenoov": "none", "idleoff": "none", "dutynoov": "none"}
+          "fullev": "cuda-events", "idlenoov": "none", "idleoff": "none", "dutynoov": "none",
+          "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none"}
 CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "fullev",
-                 "idlenoov", "idleoff", "dutynoov")
+                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach")
+# Methods that trace the GPU 1 ms a minute, or not at all: no GPU figures expected.
+IDLE_METHODS = ("fullidle", "idlenoov", "idleoff", "idledetach")
+DETACH_METHODS = ("fulldetach", "fulldetachlong", "idledetach")
 SPECPROF_METHODS = ("ebpf", "ebpflean") + CUPTI_METHODS
 WORKLOADS = ["hf", "eagle-graph", "eagle-eager"]
 FAMILY = {"hf": "hf", "eagle-graph": "eagle", "eagle-eager": "eagle"}
@@ -107,6 +116,7 @@ NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows")
 # Seconds a run is expected to take before one was seen (budget planning).
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
 EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0, "fullev": 10.0, "idlenoov": 10.0, "idleoff": 10.0, "dutynoov": 10.0,
+             "fulldetach": 10.0, "fulldetachlong": 10.0, "idledetach": 10.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
@@ -273,14 +283,17 @@ def specprof_cmd(a, method, w, outdir, inner):
            "--preset", PRESET[w], "-o", outdir, "--cycles-jsonl"]
     if method in ("fulllean", "ebpflean"):
         cmd += ["--cpu-hz", "0", "--pprof=false", "--perfetto=false"]
-    if method in ("fullidle", "idlenoov", "idleoff"):
+    if method in IDLE_METHODS:
         cmd += ["--cupti-duty", "1ms/60s"]
-    if method in ("fullduty", "dutynoov"):
+    if method in ("fullduty", "dutynoov", "fulldetach"):
         cmd += ["--cupti-duty", "100ms/1s"]
     if method == "fullgraph":
         cmd += ["--cupti-graphs", "graph"]
-    if method == "fulldutylong":
+    if method in ("fulldutylong", "fulldetachlong"):
         cmd += ["--cupti-duty", "500ms/5s"]
+    if method in DETACH_METHODS:
+        cmd += ["--cupti-windows", {"fulldetach": "6", "fulldetachlong": "2", "idledetach": "1"}[method],
+                "--cupti-detach"]
     if method in CUPTI_METHODS and a.cupti_lib:
         cmd += ["--cupti-lib", a.cupti_lib]
     cmd += shlex.split(a.specprof_args)
@@ -417,6 +430,11 @@ def parse_report(path):
     out["cycle_ms"] = (t.get("cycle_ns") or 0) / cycles / 1e6 if cycles else None
     out["problems"] = list(proc.get("problems") or [])
     out["pid"] = proc.get("pid")
+    g = proc.get("gpu") or {}
+    if g.get("lib_cupti_detaches"):   # --cupti-detach: what the detaches cost the application
+        n = g["lib_cupti_detaches"]
+        out["detach"] = {"detaches": n, "stall_ms_mean": g.get("lib_detach_stall_ns", 0) / n / 1e6,
+                         "stall_ms_max": g.get("lib_detach_stall_max_ns", 0) / 1e6}
     for ph in t.get("phases") or []:
         name = ph.get("phase")
         c = ph.get("cycles") or 0
@@ -646,8 +664,7 @@ class Suite:
                 row["specprof_loss"] = report.get("loss_total")
                 if not report.get("cycles"):
                     errs.append("specprof: no cycles in the report (%s)" % "; ".join(report.get("problems") or []))
-                # (c7, c9, c10) trace the GPU 1 ms a minute, or not at all: no GPU figures expected.
-                if m in CUPTI_METHODS and m not in ("fullidle", "idlenoov", "idleoff") and report.get("cycles") \
+                if m in CUPTI_METHODS and m not in IDLE_METHODS and report.get("cycles") \
                         and not report.get("gpu"):
                     errs.append("specprof: no GPU figures in the report (CUPTI records not joined)")
         if rc not in (0, None) and not timed_out and not errs:
@@ -673,7 +690,7 @@ class Suite:
             if res.get("profiler"):
                 info["profiler"] = {k: v for k, v in res["profiler"].items() if k != "phases"}
         if report:
-            info["specprof"] = {k: report.get(k) for k in ("cycles", "cycle_ms", "gpu", "loss", "problems",
+            info["specprof"] = {k: report.get(k) for k in ("cycles", "cycle_ms", "gpu", "loss", "problems", "detach",
                                                              "spec_metrics", "events")}
         phases = phase_metrics(m, res if ok else None, report)
         row["phases_json"] = json.dumps(phases, sort_keys=True)
@@ -1067,6 +1084,24 @@ def throughput_table(wr):
             ("%s [%s–%s]" % (fmt(med, 1), fmt(min(tps), 1), fmt(max(tps), 1))) if tps else "—",
             "—" if m == "none" else pct(delta), fmt(acc), ",".join(toks) or "—", same, fmt(cyc),
             ("%d" % max(loss)) if loss and m in SPECPROF_METHODS else "—"))
+    # --cupti-detach: what the detach cost the application thread that ran it.
+    for m in DETACH_METHODS:
+        ds = []
+        for r in wr:
+            if r["method"] != m or not _status_ok(r):
+                continue
+            try:
+                d = (json.loads(r.get("info_json") or "{}").get("specprof") or {}).get("detach")
+            except ValueError:
+                d = None
+            if d:
+                ds.append(d)
+        if ds:
+            L.append("")
+            L.append("%s: CUPTI detached in %d of %d runs; the application thread that ran the detach waited "
+                     "%s ms (median; longest %s ms)." % (
+                         LABEL[m], len(ds), len([r for r in wr if r["method"] == m and _status_ok(r)]),
+                         fmt(median([d["stall_ms_max"] for d in ds]), 3), fmt(max(d["stall_ms_max"] for d in ds), 3)))
     return L
 
 

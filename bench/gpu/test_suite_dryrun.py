@@ -215,6 +215,24 @@ class TestDriver(DryRunBase):
         # (c8)'s elapsed is compared with its own runs' events (1.0 × truth here, elapsed 1.0 ×):
         self.assertIn("| (c8) specprof full + CUDA events in the same run | gpu elapsed | 0.500 (+0.0 %, +0 µs)", t)
 
+    def test_detach_methods(self):
+        """(c12-c14): a few duty-cycled windows, then CUPTI detached for good."""
+        r = self.suite("--workloads", "eagle-graph", "--methods", "none,fulldetach,fulldetachlong,idledetach",
+                       "--reps", "1")
+        self.assertEqual(r.returncode, 0, self.last_output)
+        runs = {x["method"]: x for x in self.rows() if x["method"] != "calib"}
+        self.assertEqual(sorted(runs), sorted(["none", "fulldetach", "fulldetachlong", "idledetach"]))
+        want = {"fulldetach": "--cupti-duty 100ms/1s --cupti-windows 6", "fulldetachlong": "--cupti-duty 500ms/5s --cupti-windows 2",
+                "idledetach": "--cupti-duty 1ms/60s --cupti-windows 1"}
+        for m, dut in want.items():
+            self.assertEqual(runs[m]["status"], "ok", (m, runs[m]["error"]))
+            with open(os.path.join(self.out, "runs", runs[m]["run_id"], "cmd.txt")) as f:
+                cmd = f.read()
+            self.assertIn(dut, cmd)
+            self.assertIn("--cupti-detach", cmd)
+        self.assertIn("| (c12) as (c4), 6 windows, then CUPTI detached (--cupti-windows 6 --cupti-detach) | 1 / 1 |",
+                      self.table())
+
     def test_two_calls_merged(self):
         """Two device calls write two result dirs; --render-only --merge makes one table."""
         first = self.out

@@ -45,6 +45,8 @@ type sessionFlags struct {
 	cpuHz    int
 	ranks    int
 	duty     string
+	detach   bool
+	windows  int
 	graphs   string
 }
 
@@ -63,6 +65,8 @@ func (f *sessionFlags) register(c *cobra.Command) {
 		k.flags(fl)
 	}
 	fl.StringVar(&f.duty, "cupti-duty", "", "trace GPU kernels and copies only in windows, ON/PERIOD (e.g. 200ms/2s): cycles inside a window get GPU figures, the rest CPU figures only; lowers the cost of kernel tracing to about ON/PERIOD of it")
+	fl.IntVar(&f.windows, "cupti-windows", 0, "with --cupti-duty: trace at most N windows, then no more GPU records (0: no limit)")
+	fl.BoolVar(&f.detach, "cupti-detach", false, "with --cupti-windows: detach CUPTI from the target (cuptiFinalize) after the last window, for good. A subscribed CUPTI costs the target on every CUDA call even with nothing enabled; the detach makes one application thread wait for a context synchronisation and CUPTI's teardown (measured and reported). Final, because CUDA graph launches failed after CUPTI was attached again (H200, CUDA 13.0)")
 	fl.StringVar(&f.graphs, "cupti-graphs", "node", "CUDA graph launches: 'node' records every kernel of a replay; 'graph' one record per replay (first node start to last node end; CUPTI's graph-level tracing), cheaper where graphs hold many kernels, with phase GPU figures per graph instead of per kernel")
 	fl.IntVar(&f.ranks, "collective-ranks", 0, "ranks per NCCL communicator, for bus bandwidth (default: the number of traced processes making collectives)")
 	fl.IntVar(&f.cpuHz, "cpu-hz", bpf.DefaultSampleHz, "sample the CPU of the target's threads this many times per second, with their Python stacks (0: off)")
@@ -113,6 +117,12 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		if _, _, err := parseDuty(f.duty); err != nil {
 			return nil, err
 		}
+	}
+	if f.windows < 0 || f.windows > 0 && f.duty == "" {
+		return nil, fmt.Errorf("--cupti-windows %d: give a number of windows >= 1 together with --cupti-duty ON/PERIOD", f.windows)
+	}
+	if f.detach && f.windows == 0 {
+		return nil, fmt.Errorf("--cupti-detach: the detach is final, so it comes after the last window: give --cupti-duty ON/PERIOD and --cupti-windows N")
 	}
 	if f.graphs != "node" && f.graphs != "graph" {
 		return nil, fmt.Errorf("--cupti-graphs %q: want 'node' (every kernel of a graph replay) or 'graph' (one record per replay)", f.graphs)
@@ -267,6 +277,12 @@ func (s *session) startCUPTI() ([]string, error) {
 			return nil, err
 		}
 		env = append(env, fmt.Sprintf("SPECPROF_CUPTI_DUTY=%d/%d", on.Milliseconds(), period.Milliseconds()))
+	}
+	if s.flags.windows > 0 {
+		env = append(env, fmt.Sprintf("SPECPROF_CUPTI_WINDOWS=%d", s.flags.windows))
+	}
+	if s.flags.detach {
+		env = append(env, "SPECPROF_CUPTI_DETACH=1")
 	}
 	if s.flags.graphs == "graph" {
 		env = append(env, "SPECPROF_CUPTI_KINDS=all,graph")

@@ -19,20 +19,36 @@ import (
 // lost); the cycles inside a window have exactly the simulated kernels and
 // per-phase busy time; the others have no GPU figures and are counted; the
 // report states the windows and their share of the time.
+//
+// With --cupti-windows 3 --cupti-detach, CUPTI is finalized once, after the
+// third window, in an API exit callback (as CUPTI requires); the library makes
+// no CUPTI call after it; the three windows' cycles stay exact and the rest
+// have CPU figures only; the report states the detach and its cost.
 func TestCUPTIDuty(t *testing.T) {
+	t.Run("attached", func(t *testing.T) { testCUPTIDuty(t, false) })
+	t.Run("detach", func(t *testing.T) { testCUPTIDuty(t, true) })
+}
+
+func testCUPTIDuty(t *testing.T, detach bool) {
 	injLib, mockCupti, std, bin, root := standins(t)
 	dir := t.TempDir()
 	const cycles = 400
-	cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
-		"--cupti-duty", "100ms/300ms", "--cycles-jsonl", "--cycles-kernels", "--",
-		"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", "400", "--mode", "eager")
+	args := []string{"run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+		"--cupti-duty", "100ms/300ms", "--cycles-jsonl", "--cycles-kernels"}
+	if detach {
+		args = append(args, "--cupti-windows", "3", "--cupti-detach")
+	}
+	args = append(args, "--", "python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", "400", "--mode", "eager")
+	cmd := exec.Command(bin, args...)
+	mockStats := filepath.Join(dir, "mock.json")
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti,
-		"SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"))
+		"SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"), "SPECPROF_MOCK_CUPTI_STATS="+mockStats)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("specprof run: %v\n%s", err, out)
 	}
 	rep := readReport(t, dir)
+	checkDetach(t, detach, &rep, mockStats, out)
 	p := rep.Processes[0]
 	var main *agent.ThreadReport
 	for _, th := range p.Threads {
@@ -43,7 +59,11 @@ func TestCUPTIDuty(t *testing.T) {
 	if main == nil || main.Cycles != cycles {
 		t.Fatalf("main thread %+v", main)
 	}
-	if p.Duty == nil || p.Duty.Windows < 2 || p.Duty.Share < 0.2 || p.Duty.Share > 0.5 {
+	if detach {
+		if p.Duty == nil || p.Duty.Windows != 3 {
+			t.Errorf("duty %+v: want 3 windows", p.Duty)
+		}
+	} else if p.Duty == nil || p.Duty.Windows < 2 || p.Duty.Share < 0.2 || p.Duty.Share > 0.5 {
 		t.Errorf("duty %+v: want several windows open about a third of the time", p.Duty)
 	}
 	if main.Untraced == 0 || main.Untraced >= cycles {
@@ -147,4 +167,50 @@ func unionNs(xs [][2]uint64) int64 {
 		}
 	}
 	return tot + int64(ce-cs)
+}
+
+// checkDetach checks what the mock CUPTI saw of the library's detaches and
+// what the report says of them.
+func checkDetach(t *testing.T, detach bool, rep *agent.Report, mockStats string, out []byte) {
+	t.Helper()
+	b, err := os.ReadFile(mockStats)
+	if err != nil {
+		t.Fatalf("mock CUPTI stats: %v", err)
+	}
+	var m struct {
+		Subscribes, Finalizes int
+		FinalizeOutside       int `json:"finalize_outside_exit_callback"`
+		CallsWhileDetached    int `json:"calls_while_detached"`
+		Warnings              []string
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("mock CUPTI stats %s: %v", b, err)
+	}
+	g := rep.Processes[0].GPU
+	if g == nil {
+		t.Fatal("no GPU statistics in the report")
+	}
+	if !detach {
+		if m.Finalizes != 0 || g.Detaches != 0 {
+			t.Errorf("CUPTI finalized %d times (report: %d) without --cupti-detach", m.Finalizes, g.Detaches)
+		}
+		return
+	}
+	// 400 eager cycles take over a second: the third 100ms/300ms window
+	// closes well before the end, and one final detach follows it.
+	if m.Finalizes != 1 || m.Subscribes != 1 {
+		t.Errorf("mock CUPTI: %d finalizes, %d subscribes: want one subscription and one final detach", m.Finalizes, m.Subscribes)
+	}
+	if m.FinalizeOutside != 0 || m.CallsWhileDetached != 0 {
+		t.Errorf("mock CUPTI: %d finalizes outside an API exit callback, %d CUPTI calls while detached; warnings %q",
+			m.FinalizeOutside, m.CallsWhileDetached, m.Warnings)
+	}
+	if int(g.Detaches) != m.Finalizes || g.DetachStallNs == 0 || g.DetachStallMaxNs != g.DetachStallNs {
+		t.Errorf("report: %d detaches (mock: %d), stall %d ns (max %d)", g.Detaches, m.Finalizes,
+			g.DetachStallNs, g.DetachStallMaxNs)
+	}
+	if !strings.Contains(string(out), "CUPTI detached") {
+		t.Errorf("the report does not state the detaches:\n%s", out)
+	}
+	t.Logf("%d detach; the application thread waited %d ns", g.Detaches, g.DetachStallNs)
 }

@@ -69,6 +69,14 @@ func TestBadInput(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--cupti-duty", "2s/1s", "--", "true")
 		wantErr(t, out, err, "--cupti-duty", "2s/1s", "ON <= PERIOD")
 	})
+	t.Run("--cupti-windows without --cupti-duty", func(t *testing.T) {
+		out, err := runBin(t, nil, "run", "--cupti-windows", "3", "--", "true")
+		wantErr(t, out, err, "--cupti-windows 3", "--cupti-duty")
+	})
+	t.Run("--cupti-detach without --cupti-windows", func(t *testing.T) {
+		out, err := runBin(t, nil, "run", "--cupti-duty", "100ms/1s", "--cupti-detach", "--", "true")
+		wantErr(t, out, err, "--cupti-detach", "final", "--cupti-windows N")
+	})
 	t.Run("missing command", func(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--", "/nonexistent/cmd")
 		wantErr(t, out, err, "/nonexistent/cmd")

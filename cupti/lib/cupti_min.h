@@ -296,6 +296,8 @@ struct spc_api_table {
     spc_result (*SetThreadIdType)(uint32_t type);                /* optional */
     spc_result (*ActivityEnableDriverApi)(spc_cbid cbid, uint8_t enable);  /* optional (12.5+) */
     spc_result (*ActivityEnableRuntimeApi)(spc_cbid cbid, uint8_t enable); /* optional (12.5+) */
+    spc_result (*EnableDomain)(uint32_t enable, spc_subscriber subscriber, uint32_t domain); /* optional */
+    spc_result (*Finalize)(void); /* optional (11.0+): detach, SPECPROF_CUPTI_DETACH */
 };
 
 #endif /* SPECPROF_CUPTI_MIN_H */

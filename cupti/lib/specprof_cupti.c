@@ -16,6 +16,13 @@
  *   - Another CUPTI subscriber (torch.profiler, Nsight): step aside, once, clearly.
  *   - fork: the child inherits no sender thread and collects nothing.
  *   - exit: one forced flush and at most 200 ms for the sender to deliver.
+ *   - SPECPROF_CUPTI_DETACH=1: once the library has nothing more to trace (the last of
+ *     SPECPROF_CUPTI_WINDOWS duty windows closed, or no agent listens), CUPTI itself is detached
+ *     (cuptiFinalize), because a subscribed CUPTI costs the application on every CUDA call even
+ *     with no activity kind enabled. The detach is final: on the H200 (CUDA 13.0) a process that
+ *     replays CUDA graphs failed its next graph launches after CUPTI was attached again. CUPTI
+ *     requires cuptiFinalize to run in an API exit callback, so one application thread waits for
+ *     it (a context synchronisation and CUPTI's teardown): that wait is measured (STATS).
  */
 #define _GNU_SOURCE
 #include "cupti_min.h"
@@ -82,6 +89,8 @@ static struct {
     /* SPECPROF_CUPTI_DUTY=ON_MS/PERIOD_MS: GPU activity (kernels, copies, sets) is traced only in
      * windows of ON_MS every PERIOD_MS while an agent listens; 0: always. */
     uint64_t duty_on_ns, duty_period_ns;
+    int detach;           /* SPECPROF_CUPTI_DETACH=1: finalize CUPTI once nothing more is traced */
+    uint32_t max_windows; /* SPECPROF_CUPTI_WINDOWS=N: at most N duty windows; 0: no limit */
 } cfg;
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -100,7 +109,7 @@ static void logmsg(const char *fmt, ...) {
 
 /* Logs each distinct message at most once per process. */
 enum { L_NOLIB, L_VERSION, L_BUSY, L_SUBSCRIBE, L_REGISTER, L_TS, L_TID, L_FILTER, L_ENABLE, L_LAYOUT, L_SOCKET, L_ALLOC,
-       L_GETNEXT, L_NUM };
+       L_GETNEXT, L_DETACH, L_NUM };
 static atomic_int logged[L_NUM];
 #define LOG_ONCE(id, ...)                                          \
     do {                                                           \
@@ -156,6 +165,8 @@ static void read_config(void) {
     cfg.out_cap = (size_t)env_u64("SPECPROF_CUPTI_SEND_BUFFER_KB", 4096, 64, 1u << 20) * 1024;
     cfg.debug = env_u64("SPECPROF_CUPTI_DEBUG", 0, 0, 1) != 0;
     cfg.all_api = getenv("SPECPROF_CUPTI_API") && !strcmp(getenv("SPECPROF_CUPTI_API"), "all");
+    cfg.detach = env_u64("SPECPROF_CUPTI_DETACH", 0, 0, 1) != 0;
+    cfg.max_windows = (uint32_t)env_u64("SPECPROF_CUPTI_WINDOWS", 0, 0, 1u << 30);
     const char *duty = getenv("SPECPROF_CUPTI_DUTY");
     if (duty && *duty) {
         unsigned long long on = 0, period = 0;
@@ -196,6 +207,22 @@ static atomic_int g_active;     /* initialized and not switched off */
 static atomic_int g_collecting; /* an agent is connected: kinds enabled, buffers granted */
 static atomic_int g_forked;     /* we are a forked child: do nothing */
 static atomic_int g_shutdown;   /* exit in progress: no more CUPTI calls from the sender */
+
+/* Detach (cfg.detach). CUPTI allows cuptiFinalize only from an API exit callback: the sender asks
+ * (DETACH_REQ, with the API domains' callbacks on), the first application thread to leave a CUDA
+ * call takes the request (FINALIZING) and detaches (DETACHED, final). While not ATTACHED no thread
+ * calls into CUPTI, which would initialise it again without our subscription. */
+enum { CS_ATTACHED, CS_DETACH_REQ, CS_FINALIZING, CS_DETACHED };
+static atomic_int g_cs;
+static int g_detach_pending;  /* sender: a request made and not yet seen through */
+static int g_detach_off;      /* sender: cuptiFinalize failed or is missing: stay attached */
+static uint32_t g_windows;    /* sender: duty windows opened */
+static int g_no_detach;       /* under detach_mu: exit began, no new request */
+static pthread_mutex_t detach_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_ullong g_detaches, g_detach_stall_ns, g_detach_stall_max_ns;
+
+/* CUPTI may be called: attached, and no detach asked for (sender thread). */
+static int cupti_usable(void) { return !g_detach_pending && atomic_load(&g_cs) == CS_ATTACHED; }
 
 /* Counters behind STATS (cumulative). */
 static struct {
@@ -290,9 +317,21 @@ static atomic_uint g_inflight_gen;
 static atomic_int g_count_inflight; /* duty-cycled only: no shared counter on other launches' path */
 static __thread unsigned t_inflight_gen; /* generation + 1 of this thread's call in progress, 0: none */
 
+static void finalize_here(void);
+
 static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *data) {
     (void)ud;
     if (atomic_load_explicit(&g_forked, memory_order_relaxed) || !data) return;
+    if (atomic_load_explicit(&g_cs, memory_order_relaxed) == CS_DETACH_REQ &&
+        (domain == SPC_DOMAIN_DRIVER_API || domain == SPC_DOMAIN_RUNTIME_API) &&
+        ((const struct spc_callback_data *)data)->callbackSite == SPC_API_EXIT) {
+        int want = CS_DETACH_REQ;
+        if (atomic_compare_exchange_strong(&g_cs, &want, CS_FINALIZING)) {
+            finalize_here();
+            return;
+        }
+    }
+    if (domain == SPC_DOMAIN_RUNTIME_API) return; /* enabled only to detach */
     if (domain == SPC_DOMAIN_DRIVER_API) {
         const struct spc_callback_data *cd = data;
         int count = atomic_load_explicit(&g_count_inflight, memory_order_relaxed);
@@ -482,10 +521,16 @@ static void set_driver_callbacks(uint32_t on) {
                 (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, kept_driver_cbids[i]);
 }
 
+static int ensure_attached(void);
+
 static void enable_collection(void) {
-    atomic_store(&g_collecting, 1);
     g_enabled_types = 0;
-    g_duty_types = cfg.duty_period_ns ? cfg.kinds & K_WINDOWED : 0;
+    g_duty_types = 0;
+    g_window_open = 0;
+    if (ensure_attached() < 0) return; /* detached for good: nothing is enabled or granted */
+    atomic_store(&g_collecting, 1);
+    /* Detaching between windows: every kind follows the windows, or CUPTI could not be detached. */
+    g_duty_types = cfg.duty_period_ns ? cfg.kinds & (cfg.detach ? K_WINDOWED | K_OVERHEAD : K_WINDOWED) : 0;
     atomic_store(&g_count_inflight, (g_duty_types & K_API) != 0);
     g_window_open = 0;
     g_next_toggle = 0; /* the first window opens at once */
@@ -538,6 +583,11 @@ static void set_window_kinds(uint32_t on) {
 
 static void disable_collection(void) {
     atomic_store(&g_collecting, 0);
+    if (!cupti_usable()) { /* detached or detaching: nothing is enabled */
+        g_window_open = 0;
+        g_enabled_types = 0;
+        return;
+    }
     if (g_window_open) {
         set_window_kinds(0);
         g_window_open = 0;
@@ -550,7 +600,7 @@ static void disable_collection(void) {
 
 /* Offset mode: CUPTI time minus CLOCK_MONOTONIC, from the tightest of a few brackets. */
 static void measure_offset(void) {
-    if (!C.GetTimestamp) return;
+    if (!C.GetTimestamp || !cupti_usable()) return;
     uint64_t best = UINT64_MAX;
     int64_t off = atomic_load(&g_offset);
     for (int i = 0; i < 5; i++) {
@@ -919,8 +969,12 @@ static void process_buffer(uint8_t *buf, size_t valid) {
     buffer_free(buf);
 }
 
+static int cupti_usable(void);
+
 static int drain_buffers(void) {
     int n = 0;
+    /* Reading records calls CUPTI: not while it detaches or is detached (queued until attached). */
+    if (!cupti_usable()) return 0;
     for (;;) {
         struct done_buf d;
         pthread_mutex_lock(&bq.mu);
@@ -948,14 +1002,106 @@ static void send_graph_nodes(void) {
     }
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Detach and attach (cfg.detach)                                                             */
+
+/* Runs on the application thread that took the detach request, in its API exit callback. */
+static void finalize_here(void) {
+    uint64_t t0 = mono_ns();
+    spc_result r = C.Finalize();
+    uint64_t d = mono_ns() - t0;
+    if (r != SPC_SUCCESS) {
+        LOG_ONCE(L_DETACH, "cuptiFinalize: %s; CUPTI stays attached between windows", result_str(r));
+        atomic_store(&g_cs, CS_ATTACHED);
+    } else {
+        atomic_fetch_add(&g_detaches, 1);
+        atomic_fetch_add(&g_detach_stall_ns, d);
+        unsigned long long m = atomic_load(&g_detach_stall_max_ns);
+        while (d > m && !atomic_compare_exchange_weak(&g_detach_stall_max_ns, &m, d)) {
+        }
+        atomic_store(&g_cs, CS_DETACHED);
+    }
+    if (g_efd >= 0) { /* the sender sees it at once (it may be polling for it) */
+        uint64_t one = 1;
+        ssize_t w = write(g_efd, &one, sizeof one);
+        (void)w;
+    }
+}
+
+/* Asks for a detach once nothing is enabled (sender): CUPTI's buffers are flushed and converted
+ * first, then the API domains' callbacks wait for the next application call to return. */
+static void request_detach(void) {
+    if (!cfg.detach || g_detach_off || !cupti_usable() || atomic_load(&g_exit_req)) return;
+    if (!C.Finalize || !C.EnableDomain) {
+        LOG_ONCE(L_DETACH, "this CUPTI lacks cuptiFinalize or cuptiEnableDomain; CUPTI stays attached between "
+                           "windows");
+        g_detach_off = 1;
+        return;
+    }
+    (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
+    drain_buffers();
+    if (C.EnableDomain(1, g_sub, SPC_DOMAIN_DRIVER_API) != SPC_SUCCESS ||
+        C.EnableDomain(1, g_sub, SPC_DOMAIN_RUNTIME_API) != SPC_SUCCESS) {
+        LOG_ONCE(L_DETACH, "cuptiEnableDomain failed; CUPTI stays attached between windows");
+        (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_DRIVER_API);
+        (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_RUNTIME_API);
+        if (g_collecting && !g_duty_types) set_driver_callbacks(1);
+        g_detach_off = 1;
+        return;
+    }
+    pthread_mutex_lock(&detach_mu);
+    int want = CS_ATTACHED;
+    if (!g_no_detach && atomic_compare_exchange_strong(&g_cs, &want, CS_DETACH_REQ)) g_detach_pending = 1;
+    pthread_mutex_unlock(&detach_mu);
+    DEBUG("detach requested");
+}
+
+/* Sees a requested detach through (sender). */
+static void poll_detach(void) {
+    if (!g_detach_pending) return;
+    int s = atomic_load(&g_cs);
+    if (s == CS_DETACHED) {
+        g_detach_pending = 0;
+        g_sub = NULL;
+        DEBUG("detached");
+    } else if (s == CS_ATTACHED) { /* cuptiFinalize failed or exit cancelled: still subscribed */
+        g_detach_pending = 0;
+        g_detach_off = 1;
+        (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_DRIVER_API);
+        (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_RUNTIME_API);
+    }
+}
+
+/* Makes CUPTI usable (sender, or init before the sender exists): cancels a pending detach, or
+ * waits for one in progress. -1: CUPTI is detached, for good. */
+static int ensure_attached(void) {
+    if (g_detach_pending) {
+        int want = CS_DETACH_REQ;
+        if (atomic_compare_exchange_strong(&g_cs, &want, CS_ATTACHED)) {
+            g_detach_pending = 0; /* no thread took it: still subscribed, as before the request */
+            (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_DRIVER_API);
+            (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_RUNTIME_API);
+            return 0;
+        }
+        struct timespec step = {0, 50000};
+        for (int i = 0; i < 2000 && atomic_load(&g_cs) == CS_FINALIZING; i++) nanosleep(&step, NULL);
+        poll_detach();
+    }
+    return atomic_load(&g_cs) == CS_ATTACHED && !g_detach_pending ? 0 : -1;
+}
+
 /* Opens or closes the tracing window when due (cfg.duty_*); returns the next due time. Work launched
  * while a window is open has its GPU records; the agent counts GPU figures only for cycles that
  * lie wholly inside a window (WINDOW records). */
 static uint64_t duty_step(uint64_t now) {
-    if (!g_duty_types) return UINT64_MAX;
-    if (now < g_next_toggle) return g_next_toggle;
+    poll_detach();
+    uint64_t poll = g_detach_pending ? now + 1000000ull : UINT64_MAX; /* see a detach through */
+    if (!g_duty_types || (cfg.max_windows && g_windows >= cfg.max_windows && !g_window_open)) return poll;
+    if (now < g_next_toggle) return poll < g_next_toggle ? poll : g_next_toggle;
     struct spw_window w;
     if (!g_window_open) {
+        if (ensure_attached() < 0) return UINT64_MAX;
+        g_windows++;
         set_window_kinds(1);
         g_window_start = mono_ns();
         g_window_open = 1;
@@ -967,6 +1113,12 @@ static uint64_t duty_step(uint64_t now) {
         g_window_open = 0;
         g_next_toggle = g_window_start + cfg.duty_period_ns;
         w.open = g_window_start, w.close = end;
+        (void)out_record(SPW_WINDOW, 0, &w, sizeof w, NULL, 0);
+        if (cfg.max_windows && g_windows >= cfg.max_windows) { /* the last window */
+            request_detach();
+            return g_detach_pending ? now + 1000000ull : UINT64_MAX;
+        }
+        return g_next_toggle;
     }
     (void)out_record(SPW_WINDOW, 0, &w, sizeof w, NULL, 0);
     return g_next_toggle;
@@ -986,6 +1138,9 @@ static void send_stats(uint16_t flags) {
         .recordsUnknown = atomic_load(&st.unknown),
         .connects = atomic_load(&st.connects),
         .namesDropped = atomic_load(&st.names_dropped),
+        .detaches = atomic_load(&g_detaches),
+        .detachStallNs = atomic_load(&g_detach_stall_ns),
+        .detachStallMaxNs = atomic_load(&g_detach_stall_max_ns),
     };
     (void)out_record(SPW_STATS, flags, &w, sizeof w, NULL, 0);
 }
@@ -1054,9 +1209,11 @@ static void disconnect(const char *why) {
     S.head = S.tail = S.cursor = 0;
     if (atomic_load(&g_shutdown) || atomic_load(&g_exit_req)) return; /* no CUPTI calls while exiting */
     disable_collection();
+    if (!cupti_usable()) return;
     /* Take back every buffer CUPTI holds; its records are counted as dropped (no agent). */
     (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
     drain_buffers();
+    request_detach(); /* nothing is traced until an agent comes back */
 }
 
 /* Reads the agent's commands. Returns 1 when it asked for a flush. */
@@ -1093,6 +1250,7 @@ static void send_until(uint64_t deadline) {
 static void sender_exit_flush(void) {
     /* atexit already forced CUPTI's flush; deliver what came back within the deadline, then the
      * final counters (exact when everything before them went out). */
+    poll_detach(); /* atexit cancelled or waited for a detach */
     drain_buffers();
     send_graph_nodes();
     send_until(g_exit_deadline - 10000000ull);
@@ -1130,7 +1288,7 @@ static void *sender_main(void *arg) {
         int flush_req = 0;
         if (S.fd >= 0) {
             if (now >= next_flush) {
-                (void)C.ActivityFlushAll(0); /* completed records only: safe at any time */
+                if (cupti_usable()) (void)C.ActivityFlushAll(0); /* completed records only */
                 next_flush = now + cfg.flush_ns;
             }
             next_duty = duty_step(now);
@@ -1143,12 +1301,15 @@ static void *sender_main(void *arg) {
             }
             (void)out_send();
         } else {
+            poll_detach();
+            if (!atomic_load(&g_collecting)) request_detach(); /* no agent: detach (cfg.detach) */
             drain_buffers();
         }
 
         /* Sleep until the next deadline, a completed buffer, a command or writability. */
         uint64_t until = S.fd >= 0 ? (next_flush < next_stats ? next_flush : next_stats) : next_retry;
         if (S.fd >= 0 && next_duty < until) until = next_duty;
+        if (g_detach_pending && now + 1000000ull < until) until = now + 1000000ull;
         now = mono_ns();
         int ms = until == UINT64_MAX ? 1000 : until > now ? (int)((until - now + 999999) / 1000000) : 0;
         if (ms > 1000) ms = 1000;
@@ -1169,7 +1330,7 @@ static void *sender_main(void *arg) {
         if (pr > 0 && S.fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) flush_req = read_commands();
         if (pr > 0 && S.fd >= 0 && (p[1].revents & POLLOUT)) S.congested = 0;
         if (flush_req && S.fd >= 0) {
-            (void)C.ActivityFlushAll(0);
+            if (cupti_usable()) (void)C.ActivityFlushAll(0);
             drain_buffers();
             send_graph_nodes();
             send_stats(SPW_FLAG_FLUSH_ACK);
@@ -1183,7 +1344,15 @@ static void *sender_main(void *arg) {
 
 static void at_exit(void) {
     if (!atomic_load(&g_active) || atomic_load(&g_forked)) return;
-    if (atomic_load(&g_collecting)) (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
+    /* No detach from now on: cancel one not yet taken, wait (briefly) for one in progress. */
+    pthread_mutex_lock(&detach_mu);
+    g_no_detach = 1;
+    int want = CS_DETACH_REQ;
+    (void)atomic_compare_exchange_strong(&g_cs, &want, CS_ATTACHED);
+    pthread_mutex_unlock(&detach_mu);
+    struct timespec step = {0, 100000};
+    for (int i = 0; i < 1000 && atomic_load(&g_cs) == CS_FINALIZING; i++) nanosleep(&step, NULL);
+    if (atomic_load(&g_collecting) && atomic_load(&g_cs) == CS_ATTACHED) (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
     pthread_mutex_lock(&exit_mu);
     g_exit_deadline = mono_ns() + EXIT_BUDGET_NS;
     atomic_store(&g_exit_req, 1);
@@ -1357,12 +1526,63 @@ static int resolve(void *h) {
     SYM(SetThreadIdType, "cuptiSetThreadIdType", 0);
     SYM(ActivityEnableDriverApi, "cuptiActivityEnableDriverApi", 0);
     SYM(ActivityEnableRuntimeApi, "cuptiActivityEnableRuntimeApi", 0);
+    SYM(EnableDomain, "cuptiEnableDomain", 0);
+    SYM(Finalize, "cuptiFinalize", 0);
 #undef SYM
     return 0;
 }
 
 static int version_supported(uint32_t v) {
     return (v >= API_MIN_12 && v <= API_MAX_12) || (v >= API_MIN_13 && v <= API_MAX_13);
+}
+
+/* Subscribes to CUPTI and registers what collection needs. The clock first: CUPTI applies it
+ * only to records of kinds enabled after registration. -1: not subscribed (said once). */
+static int subscribe_cupti(void) {
+    spc_result r = C.Subscribe(&g_sub, on_callback, NULL);
+    if (r == SPC_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+        LOG_ONCE(L_BUSY, "another CUPTI client is already subscribed in this process (torch.profiler/Kineto, "
+                         "Nsight, ...); specprof steps aside and collects no GPU activity here");
+        return -1;
+    }
+    if (r != SPC_SUCCESS) {
+        LOG_ONCE(L_SUBSCRIBE, "cuptiSubscribe: %s; collection disabled", result_str(r));
+        return -1;
+    }
+    r = C.ActivityRegisterTimestampCallback ? C.ActivityRegisterTimestampCallback(timestamp_cb)
+                                            : SPC_ERROR_NOT_SUPPORTED;
+    if (r != SPC_SUCCESS) {
+        if (!C.GetTimestamp) {
+            LOG_ONCE(L_TS, "cannot align CUPTI's clock with CLOCK_MONOTONIC (no timestamp callback, no "
+                           "cuptiGetTimestamp); collection disabled");
+            C.Unsubscribe(g_sub);
+            return -1;
+        }
+        LOG_ONCE(L_TS, "cuptiActivityRegisterTimestampCallback: %s; converting CUPTI timestamps with a "
+                       "measured CLOCK_MONOTONIC offset instead",
+                 result_str(r));
+        g_clock = SPW_CLOCK_OFFSET;
+        measure_offset();
+    }
+    /* CUPTI's default thread id is pthread_self() cut to 32 bits; the agent joins API records
+     * with eBPF events by kernel thread id, which SYSTEM (gettid) gives. Without it the agent
+     * cannot tell the threads apart, so say so once: launches then stay unjoined (counted). */
+    r = C.SetThreadIdType ? C.SetThreadIdType(SPC_THREAD_ID_TYPE_SYSTEM) : SPC_ERROR_NOT_SUPPORTED;
+    if (r != SPC_SUCCESS)
+        LOG_ONCE(L_TID, "cuptiSetThreadIdType(SYSTEM): %s; CUPTI thread ids will not match kernel thread ids "
+                        "and launches will not be joined to GPU records",
+                 result_str(r));
+    r = C.ActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != SPC_SUCCESS) {
+        LOG_ONCE(L_REGISTER, "cuptiActivityRegisterCallbacks: %s; collection disabled", result_str(r));
+        C.Unsubscribe(g_sub);
+        return -1;
+    }
+    /* Graph-node callbacks stay on while subscribed: they are rare (capture, instantiation) and a
+     * late agent gets the whole retained mapping. */
+    (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CREATED);
+    (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CLONED);
+    return 0;
 }
 
 static void init(void) {
@@ -1389,56 +1609,12 @@ static void init(void) {
                  g_cupti_version, found, API_MIN_12, API_MAX_12, API_MIN_13, API_MAX_13);
         return;
     }
-    r = C.Subscribe(&g_sub, on_callback, NULL);
-    if (r == SPC_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-        LOG_ONCE(L_BUSY,
-                 "another CUPTI client is already subscribed in this process (torch.profiler/Kineto, Nsight, "
-                 "...); specprof steps aside and collects no GPU activity here");
-        return;
-    }
-    if (r != SPC_SUCCESS) {
-        LOG_ONCE(L_SUBSCRIBE, "cuptiSubscribe: %s; collection disabled", result_str(r));
-        return;
-    }
-    /* The clock first: CUPTI applies it only to records of kinds enabled after registration. */
-    r = C.ActivityRegisterTimestampCallback ? C.ActivityRegisterTimestampCallback(timestamp_cb)
-                                            : SPC_ERROR_NOT_SUPPORTED;
-    if (r != SPC_SUCCESS) {
-        if (!C.GetTimestamp) {
-            LOG_ONCE(L_TS, "cannot align CUPTI's clock with CLOCK_MONOTONIC (no timestamp callback, no "
-                           "cuptiGetTimestamp); collection disabled");
-            C.Unsubscribe(g_sub);
-            return;
-        }
-        LOG_ONCE(L_TS, "cuptiActivityRegisterTimestampCallback: %s; converting CUPTI timestamps with a "
-                       "measured CLOCK_MONOTONIC offset instead",
-                 result_str(r));
-        g_clock = SPW_CLOCK_OFFSET;
-        measure_offset();
-    }
-    /* CUPTI's default thread id is pthread_self() cut to 32 bits; the agent joins API records
-     * with eBPF events by kernel thread id, which SYSTEM (gettid) gives. Without it the agent
-     * cannot tell the threads apart, so say so once: launches then stay unjoined (counted). */
-    r = C.SetThreadIdType ? C.SetThreadIdType(SPC_THREAD_ID_TYPE_SYSTEM) : SPC_ERROR_NOT_SUPPORTED;
-    if (r != SPC_SUCCESS)
-        LOG_ONCE(L_TID, "cuptiSetThreadIdType(SYSTEM): %s; CUPTI thread ids will not match kernel thread ids "
-                        "and launches will not be joined to GPU records",
-                 result_str(r));
-    r = C.ActivityRegisterCallbacks(buffer_requested, buffer_completed);
-    if (r != SPC_SUCCESS) {
-        LOG_ONCE(L_REGISTER, "cuptiActivityRegisterCallbacks: %s; collection disabled", result_str(r));
-        C.Unsubscribe(g_sub);
-        return;
-    }
-    /* Graph-node callbacks stay on: they are rare (capture, instantiation) and a late agent gets
-     * the whole retained mapping. */
     if (cfg.graph_cap) { /* untouched pages cost nothing */
         void *m = mmap(NULL, (size_t)cfg.graph_cap * sizeof(struct gn_slot), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         g_gn = m == MAP_FAILED ? NULL : m;
     }
-    (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CREATED);
-    (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CLONED);
+    if (subscribe_cupti() < 0) return;
     S.b = malloc(cfg.out_cap);
     g_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!S.b || g_efd < 0) {

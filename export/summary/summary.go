@@ -106,6 +106,10 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			fmt.Fprintf(w, "  GPU traced in windows (--cupti-duty): %d windows, %.1f %% of the time; GPU figures are those of the cycles inside them\n",
 				d.Windows, 100*d.Share)
 		}
+		if g := p.GPU; g != nil && g.Detaches > 0 {
+			fmt.Fprintf(w, "  CUPTI detached once nothing more was to be traced (--cupti-detach): the application thread that ran the detach waited %s ms; no GPU records from this process after it\n",
+				ms(float64(g.DetachStallMaxNs)))
+		}
 		for _, pr := range p.Problems {
 			fmt.Fprintf(w, "  problem: %s\n", pr)
 		}

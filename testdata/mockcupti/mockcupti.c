@@ -12,7 +12,11 @@
  *   - with the simulator's own timestamps (CLOCK_MONOTONIC), so tests compare them ns-exactly;
  *   - driver API enter/exit callbacks, with the simulator's correlation ids;
  *   - resource callbacks GRAPHNODE_CREATED (during stream capture, inside the launch call) and
- *     GRAPHNODE_CLONED (the first time an instantiated graph's node runs, inside cuGraphLaunch).
+ *     GRAPHNODE_CLONED (the first time an instantiated graph's node runs, inside cuGraphLaunch);
+ *   - cuptiFinalize (dynamic detach): hands back every buffer, then forgets the subscription, the
+ *     enabled kinds and callbacks and the registered callbacks, as CUPTI's teardown does. CUPTI
+ *     allows it only in an API exit callback: the mock counts calls made elsewhere, and calls
+ *     into it while detached (real CUPTI would initialise itself again, without a subscriber).
  *
  * Ids: context ids count contexts from 1 in order of first use; stream ids are the simulator's
  * stream_id; graph ids the simulator's graph_id. Graph node ids: a captured node is
@@ -149,6 +153,15 @@ static long buffers_granted;
 static atomic_ullong dropped_since_read, dropped_total;
 static atomic_ullong n_records[KIND_MAX];
 static atomic_ullong n_driver_cb, n_resource_cb, n_delivered_buffers, n_flushes;
+static atomic_ullong n_subscribes, n_finalizes, n_finalize_outside_exit, n_calls_detached;
+static atomic_int detached;              /* finalized and not subscribed again */
+static __thread int t_in_exit_callback;  /* inside a driver API exit callback */
+
+/* A call that would initialise CUPTI again while detached: counted (the client must not). */
+#define NOT_DETACHED()                                                     \
+    do {                                                                   \
+        if (atomic_load(&detached)) atomic_fetch_add(&n_calls_detached, 1); \
+    } while (0)
 static char warnings[4][200];
 static int nwarn;
 
@@ -398,7 +411,9 @@ static void api_callback(const simgpu_api_rec *r, uint32_t site) {
     struct mock_callback_data d = {.callbackSite = site,
                                    .functionName = r->api,
                                    .correlationId = (uint32_t)r->corr};
+    t_in_exit_callback = site == 1;
     fire(DOM_DRIVER, cbid, &d);
+    t_in_exit_callback = 0;
 }
 
 /* Like CUPTI: the activity thread id is pthread_self() cut to 32 bits unless
@@ -610,13 +625,17 @@ static void write_stats(void) {
     fprintf(f,
             "{\"version\":%u,\"ever_enabled\":%s,\"records\":{\"kernel\":%llu,\"memcpy\":%llu,\"memset\":%llu,"
             "\"api\":%llu,\"sync\":%llu,\"overhead\":%llu},\"dropped\":%llu,\"driver_callbacks\":%llu,"
-            "\"resource_callbacks\":%llu,\"buffers_delivered\":%llu,\"flushes\":%llu,\"warnings\":[",
+            "\"resource_callbacks\":%llu,\"buffers_delivered\":%llu,\"flushes\":%llu,\"subscribes\":%llu,"
+            "\"finalizes\":%llu,\"finalize_outside_exit_callback\":%llu,\"calls_while_detached\":%llu,"
+            "\"warnings\":[",
             cfg.version, atomic_load(&ever_enabled) ? "true" : "false",
             (unsigned long long)n_records[KIND_CONCURRENT_KERNEL], (unsigned long long)n_records[KIND_MEMCPY],
             (unsigned long long)n_records[KIND_MEMSET], (unsigned long long)n_records[KIND_DRIVER],
             (unsigned long long)n_records[KIND_SYNCHRONIZATION], (unsigned long long)n_records[KIND_OVERHEAD],
             (unsigned long long)dropped_total, (unsigned long long)n_driver_cb, (unsigned long long)n_resource_cb,
-            (unsigned long long)n_delivered_buffers, (unsigned long long)n_flushes);
+            (unsigned long long)n_delivered_buffers, (unsigned long long)n_flushes,
+            (unsigned long long)n_subscribes, (unsigned long long)n_finalizes,
+            (unsigned long long)n_finalize_outside_exit, (unsigned long long)n_calls_detached);
     for (int i = 0; i < nwarn; i++) fprintf(f, "%s\"%s\"", i ? "," : "", warnings[i]);
     fprintf(f, "]}\n");
     fclose(f);
@@ -696,6 +715,8 @@ EXPORT CUptiResult cuptiSubscribe(void **subscriber, cb_fn callback, void *userd
         return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
     }
     sub.subscribed = 1;
+    atomic_store(&detached, 0);
+    atomic_fetch_add(&n_subscribes, 1);
     sub.cb = callback;
     sub.ud = userdata;
     memset(sub.enabled, 0, sizeof sub.enabled);
@@ -712,6 +733,7 @@ EXPORT CUptiResult cuptiUnsubscribe(void *subscriber) {
 }
 
 EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, void *subscriber, uint32_t domain, uint32_t cbid) {
+    NOT_DETACHED();
     if (subscriber != &sub || domain >= DOM_MAX || cbid >= MAX_CBID) return CUPTI_ERROR_INVALID_PARAMETER;
     pthread_mutex_lock(&mu);
     sub.enabled[domain][cbid] = enable ? 1 : 0;
@@ -720,6 +742,7 @@ EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, void *subscriber, uint32
 }
 
 EXPORT CUptiResult cuptiEnableDomain(uint32_t enable, void *subscriber, uint32_t domain) {
+    NOT_DETACHED();
     if (subscriber != &sub || domain >= DOM_MAX) return CUPTI_ERROR_INVALID_PARAMETER;
     pthread_mutex_lock(&mu);
     memset(sub.enabled[domain], enable ? 1 : 0, MAX_CBID);
@@ -751,6 +774,7 @@ static int kind_supported(uint32_t kind) { return rec_size(kind) != 0; }
 
 EXPORT CUptiResult cuptiActivityEnable(uint32_t kind) {
     INIT();
+    NOT_DETACHED();
     if (kind >= KIND_MAX || !kind_supported(kind)) return CUPTI_ERROR_NOT_SUPPORTED;
     atomic_store(&kind_on[kind], 1);
     atomic_store(&ever_enabled, 1);
@@ -758,6 +782,7 @@ EXPORT CUptiResult cuptiActivityEnable(uint32_t kind) {
 }
 
 EXPORT CUptiResult cuptiActivityDisable(uint32_t kind) {
+    NOT_DETACHED();
     if (kind >= KIND_MAX || !kind_supported(kind)) return CUPTI_ERROR_NOT_SUPPORTED;
     atomic_store(&kind_on[kind], 0);
     return CUPTI_SUCCESS;
@@ -766,6 +791,7 @@ EXPORT CUptiResult cuptiActivityDisable(uint32_t kind) {
 EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     (void)flag; /* every mock record is complete: both flush modes return everything */
     INIT();
+    NOT_DETACHED();
     atomic_fetch_add(&n_flushes, 1);
     uint64_t t0 = mono_ns();
     pthread_mutex_lock(&mu);
@@ -801,6 +827,7 @@ EXPORT CUptiResult cuptiActivityFlushPeriod(uint32_t ms) {
 }
 
 EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, void **record) {
+    NOT_DETACHED();
     if (!buffer || !record) return CUPTI_ERROR_INVALID_PARAMETER;
     uint8_t *p;
     if (!*record) {
@@ -869,4 +896,41 @@ EXPORT CUptiResult cuptiGetGraphNodeId(void *node, uint64_t *id) {
     return CUPTI_SUCCESS;
 }
 
-EXPORT CUptiResult cuptiFinalize(void) { return CUPTI_SUCCESS; }
+EXPORT CUptiResult cuptiFinalize(void) {
+    INIT();
+    if (!t_in_exit_callback) {
+        atomic_fetch_add(&n_finalize_outside_exit, 1);
+        warn("cuptiFinalize called outside an API exit callback");
+    }
+    for (int k = 0; k < KIND_MAX; k++) atomic_store(&kind_on[k], 0);
+    pthread_mutex_lock(&mu);
+    if (cur && cur_used > 0) push_full_locked();
+    struct fullbuf *bs = full;
+    size_t n = nfull;
+    full = NULL;
+    nfull = capfull = 0;
+    pthread_mutex_unlock(&mu);
+    deliver(bs, n);
+    free(bs);
+    pthread_mutex_lock(&mu);
+    if (cur) { /* an empty buffer the client granted: handed back too */
+        struct fullbuf b = {cur, cur_size, 0};
+        cur = NULL;
+        cur_size = cur_used = 0;
+        pthread_mutex_unlock(&mu);
+        deliver(&b, 1);
+        pthread_mutex_lock(&mu);
+    }
+    sub.subscribed = 0;
+    memset(sub.enabled, 0, sizeof sub.enabled);
+    g_req = NULL;
+    g_done = NULL;
+    g_ts = NULL;
+    pthread_mutex_unlock(&mu);
+    for (int c = 0; c < MOCK_MAX_CBID; c++) atomic_store(&driver_api_off[c], 0);
+    atomic_store(&thread_id_type, 0);
+    atomic_store(&ever_enabled, 0);
+    atomic_store(&detached, 1);
+    atomic_fetch_add(&n_finalizes, 1);
+    return CUPTI_SUCCESS;
+}
