@@ -9,7 +9,8 @@
 #              fullidle, idlenoov (no OVERHEAD kind), idleoff (not subscribed), fullduty, dutynoov.
 #   hf         (issue 6) HF assisted generation: none, full, fullduty, torchprof, 3 repetitions.
 #   detach     (issue 6) 6 windows of 100ms/1s (or 2 of 500ms/5s), then CUPTI detached for good, on
-#              the graph loop; then the HF cells not measured yet: (b), (e), (f), (g), 3 repetitions.
+#              the graph loop; then the HF cells not measured yet: (b), (e), (f), (g), 2 repetitions.
+#   graphacc   (issue 4) graph-level tracing's per-phase GPU time against CUDA events.
 set -u
 P=${PYTHON:-/opt/torch/.venv/bin/python3}
 OUT=${OUT:-/tmp/specprof-pending}
@@ -45,8 +46,15 @@ detach)
     --eagle-cycles 6000 --reps 3 --budget-s 380 --run-timeout-s 45
   suite hfcells --workloads hf --methods none,ebpf,v3,v4,cudaev --reps 2 --budget-s 200 --run-timeout-s 120
   ;;
+graphacc)
+  # (issue 4) graph-level tracing (--cupti-graphs graph) against CUDA events of separate runs: under
+  # node-level tracing the graph replays ran 4 % slower (§10a); does recording one interval per
+  # replay leave them alone?
+  suite graphacc --workloads eagle-graph --methods none,cudaev,full,fullgraph --reps 3 --budget-s 300 \
+    --run-timeout-s 60
+  ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc" >&2
   exit 2
   ;;
 esac

@@ -1113,6 +1113,7 @@ METRIC_LABEL = {"gpu_elapsed": "gpu elapsed (truth)", "gpu_span": "gpu span", "g
 METHOD_METRICS = [("cudaev", "gpu_elapsed"), ("full", "gpu_active"), ("full", "gpu_elapsed_sp"), ("full", "gpu_span"), ("full", "gpu_busy"),
                   ("full", "gpu_kernel"), ("full", "cpu_span"), ("full", "cpu_sampled"),
                   ("fullev", "gpu_elapsed_ev"), ("fullev", "gpu_elapsed_sp"), ("fullev", "gpu_active"), ("fullev", "gpu_busy"),
+                  ("fullgraph", "gpu_active"), ("fullgraph", "gpu_elapsed_sp"),
                   ("ebpf", "cpu_span"), ("ebpf", "sync_wait"), ("ebpf", "cpu_sampled"), ("torchprof", "gpu_span"), ("torchprof", "gpu_busy"),
                   ("torchprof", "gpu_kernel"), ("v3", "wall_sync"), ("v4", "wall")]
 COMPARE_TO_TRUTH = {"gpu_span", "gpu_busy", "gpu_kernel", "gpu_active", "gpu_elapsed_sp", "wall_sync", "wall"}

@@ -248,15 +248,33 @@ static void deliver(struct fullbuf *bs, size_t n) {
     }
 }
 
+/* Takes the list of filled buffers (under mu), leaving it empty. */
+static struct fullbuf *take_full_locked(size_t *n) {
+    struct fullbuf *bs = full;
+    *n = nfull;
+    full = NULL;
+    nfull = capfull = 0;
+    return bs;
+}
+
+/* Hands every filled buffer, and the one being filled, back to the client (flush, finalize). */
+static void deliver_all(void) {
+    size_t n;
+    pthread_mutex_lock(&mu);
+    if (cur && cur_used > 0) push_full_locked();
+    struct fullbuf *bs = take_full_locked(&n);
+    pthread_mutex_unlock(&mu);
+    deliver(bs, n);
+    free(bs);
+}
+
 static void *worker(void *arg) {
     (void)arg;
     for (;;) {
+        size_t n;
         pthread_mutex_lock(&mu);
         while (nfull == 0) pthread_cond_wait(&worker_cv, &mu);
-        struct fullbuf *bs = full;
-        size_t n = nfull;
-        full = NULL;
-        nfull = capfull = 0;
+        struct fullbuf *bs = take_full_locked(&n);
         pthread_mutex_unlock(&mu);
         deliver(bs, n);
         free(bs);
@@ -809,15 +827,7 @@ EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
         o.o.end = rt(mono_ns());
         emit(&o, KIND_OVERHEAD);
     }
-    pthread_mutex_lock(&mu);
-    if (cur && cur_used > 0) push_full_locked();
-    struct fullbuf *bs = full;
-    size_t n = nfull;
-    full = NULL;
-    nfull = capfull = 0;
-    pthread_mutex_unlock(&mu);
-    deliver(bs, n);
-    free(bs);
+    deliver_all();
     return CUPTI_SUCCESS;
 }
 
@@ -903,15 +913,7 @@ EXPORT CUptiResult cuptiFinalize(void) {
         warn("cuptiFinalize called outside an API exit callback");
     }
     for (int k = 0; k < KIND_MAX; k++) atomic_store(&kind_on[k], 0);
-    pthread_mutex_lock(&mu);
-    if (cur && cur_used > 0) push_full_locked();
-    struct fullbuf *bs = full;
-    size_t n = nfull;
-    full = NULL;
-    nfull = capfull = 0;
-    pthread_mutex_unlock(&mu);
-    deliver(bs, n);
-    free(bs);
+    deliver_all();
     pthread_mutex_lock(&mu);
     if (cur) { /* an empty buffer the client granted: handed back too */
         struct fullbuf b = {cur, cur_size, 0};
