@@ -529,7 +529,7 @@ static void enable_collection(void) {
     g_window_open = 0;
     if (ensure_attached() < 0) return; /* detached for good: nothing is enabled or granted */
     atomic_store(&g_collecting, 1);
-    /* Detaching between windows: every kind follows the windows, or CUPTI could not be detached. */
+    /* With a final detach every kind follows the windows: nothing records after the last flush. */
     g_duty_types = cfg.duty_period_ns ? cfg.kinds & (cfg.detach ? K_WINDOWED | K_OVERHEAD : K_WINDOWED) : 0;
     atomic_store(&g_count_inflight, (g_duty_types & K_API) != 0);
     g_window_open = 0;
@@ -1003,7 +1003,7 @@ static void send_graph_nodes(void) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Detach and attach (cfg.detach)                                                             */
+/* Detach (cfg.detach)                                                                        */
 
 /* Runs on the application thread that took the detach request, in its API exit callback. */
 static void finalize_here(void) {
@@ -1011,7 +1011,7 @@ static void finalize_here(void) {
     spc_result r = C.Finalize();
     uint64_t d = mono_ns() - t0;
     if (r != SPC_SUCCESS) {
-        LOG_ONCE(L_DETACH, "cuptiFinalize: %s; CUPTI stays attached between windows", result_str(r));
+        LOG_ONCE(L_DETACH, "cuptiFinalize: %s; CUPTI stays attached", result_str(r));
         atomic_store(&g_cs, CS_ATTACHED);
     } else {
         atomic_fetch_add(&g_detaches, 1);
@@ -1033,8 +1033,7 @@ static void finalize_here(void) {
 static void request_detach(void) {
     if (!cfg.detach || g_detach_off || !cupti_usable() || atomic_load(&g_exit_req)) return;
     if (!C.Finalize || !C.EnableDomain) {
-        LOG_ONCE(L_DETACH, "this CUPTI lacks cuptiFinalize or cuptiEnableDomain; CUPTI stays attached between "
-                           "windows");
+        LOG_ONCE(L_DETACH, "this CUPTI lacks cuptiFinalize or cuptiEnableDomain; CUPTI stays attached");
         g_detach_off = 1;
         return;
     }
@@ -1042,7 +1041,7 @@ static void request_detach(void) {
     drain_buffers();
     if (C.EnableDomain(1, g_sub, SPC_DOMAIN_DRIVER_API) != SPC_SUCCESS ||
         C.EnableDomain(1, g_sub, SPC_DOMAIN_RUNTIME_API) != SPC_SUCCESS) {
-        LOG_ONCE(L_DETACH, "cuptiEnableDomain failed; CUPTI stays attached between windows");
+        LOG_ONCE(L_DETACH, "cuptiEnableDomain failed; CUPTI stays attached");
         (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_DRIVER_API);
         (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_RUNTIME_API);
         if (g_collecting && !g_duty_types) set_driver_callbacks(1);
@@ -1213,7 +1212,7 @@ static void disconnect(const char *why) {
     /* Take back every buffer CUPTI holds; its records are counted as dropped (no agent). */
     (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
     drain_buffers();
-    request_detach(); /* nothing is traced until an agent comes back */
+    request_detach(); /* no agent: detach for good (cfg.detach) */
 }
 
 /* Reads the agent's commands. Returns 1 when it asked for a flush. */
