@@ -214,74 +214,15 @@ func TestNoAgentDetach(t *testing.T) {
 	}
 }
 
-// TestLateAgentAfterDetach: the library detached CUPTI for good while nobody listened; an agent
-// that appears later gets a connection and the library's counters (one detach), no records, and
-// the library calls nothing in CUPTI for it (which would initialise CUPTI again). The graph
-// replays made after the detach still run (the mock models a detached CUPTI).
-func TestLateAgentAfterDetach(t *testing.T) {
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "run", "cupti.sock")
-	startFile, mstats := filepath.Join(dir, "start"), filepath.Join(dir, "mock.json")
+// runLateAgent runs the graph workload (30 cycles) with nobody listening until it is ready,
+// then starts an agent on sock and lets the workload go on; it checks the workload's output and
+// returns the agent's one connection, closed. env is the workload's environment.
+func runLateAgent(t *testing.T, sock string, env []string) *connData {
+	t.Helper()
+	startFile := filepath.Join(t.TempDir(), "start")
 	args := workloadArgs("graph", 30, "--wait-start", startFile)
 	cmd := exec.Command(python(t), append([]string{workloadPath(t)}, args...)...)
-	cmd.Env = injectEnv(t, sock, "SPECPROF_CUPTI_RETRY_MS=100", "SPECPROF_CUPTI_DETACH=1",
-		"SPECPROF_MOCK_CUPTI_STATS="+mstats)
-	var stdout strings.Builder
-	cmd.Stdout = &stdout
-	errPipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	ew := newLineWaiter(errPipe, "sglang_demo: ready")
-	ew.wait(t, "sglang_demo: ready", 20*time.Second)
-	time.Sleep(300 * time.Millisecond) // no agent: the library has detached by now
-
-	col := newCollector()
-	r, err := Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go r.Serve(col)
-	defer r.Close()
-	d := col.waitOpen(t, 5*time.Second)
-	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	err = cmd.Wait()
-	<-ew.done
-	res := runResult{stdout: stdout.String(), stderr: ew.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
-		res.code = ee.ExitCode()
-	}
-	sameOutput(t, res, workloadArgs("graph", 30)...)
-	d.waitClosed(t, 5*time.Second)
-	if n := len(d.kernels) + len(d.apis) + len(d.memcpys); n != 0 {
-		t.Errorf("%d records after the final detach", n)
-	}
-	if d.lib.Detaches != 1 || d.lib.DetachStallNs == 0 {
-		t.Errorf("library counters %+v: want one detach with its wait", d.lib)
-	}
-	ms := readMockStats(t, mstats)
-	if ms.Finalizes != 1 || ms.FinalizeOutside != 0 || ms.CallsWhileDetached != 0 {
-		t.Errorf("mock CUPTI: %d finalizes (%d outside an API exit callback), %d calls while detached; warnings %q",
-			ms.Finalizes, ms.FinalizeOutside, ms.CallsWhileDetached, ms.Warnings)
-	}
-}
-
-// TestLateAgent starts the workload with nobody listening; the agent appears later: the
-// library connects within its retry period, sends the graph nodes captured before, and every
-// kernel submitted after the connection arrives.
-func TestLateAgent(t *testing.T) {
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "run", "cupti.sock")
-	truth, startFile := filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "start")
-	args := workloadArgs("graph", 30, "--wait-start", startFile)
-	cmd := exec.Command(python(t), append([]string{workloadPath(t)}, args...)...)
-	cmd.Env = injectEnv(t, sock, "SPECPROF_SIM_TRUTH="+truth, "SPECPROF_CUPTI_RETRY_MS=100")
+	cmd.Env = env
 	var stdout strings.Builder
 	cmd.Stdout = &stdout
 	errPipe, err := cmd.StderrPipe()
@@ -315,6 +256,38 @@ func TestLateAgent(t *testing.T) {
 	}
 	sameOutput(t, res, workloadArgs("graph", 30)...)
 	d.waitClosed(t, 5*time.Second)
+	return d
+}
+
+// TestLateAgentAfterDetach: the library detached CUPTI for good while nobody listened; an agent
+// that appears later gets a connection and the library's counters (one detach), no records, and
+// the library calls nothing in CUPTI for it (which would initialise CUPTI again). The graph
+// replays made after the detach still run (the mock models a detached CUPTI).
+func TestLateAgentAfterDetach(t *testing.T) {
+	dir := t.TempDir()
+	sock, mstats := filepath.Join(dir, "run", "cupti.sock"), filepath.Join(dir, "mock.json")
+	d := runLateAgent(t, sock, injectEnv(t, sock, "SPECPROF_CUPTI_RETRY_MS=100", "SPECPROF_CUPTI_DETACH=1",
+		"SPECPROF_MOCK_CUPTI_STATS="+mstats))
+	if n := len(d.kernels) + len(d.apis) + len(d.memcpys); n != 0 {
+		t.Errorf("%d records after the final detach", n)
+	}
+	if d.lib.Detaches != 1 || d.lib.DetachStallNs == 0 {
+		t.Errorf("library counters %+v: want one detach with its wait", d.lib)
+	}
+	ms := readMockStats(t, mstats)
+	if ms.Finalizes != 1 || ms.FinalizeOutside != 0 || ms.CallsWhileDetached != 0 {
+		t.Errorf("mock CUPTI: %d finalizes (%d outside an API exit callback), %d calls while detached; warnings %q",
+			ms.Finalizes, ms.FinalizeOutside, ms.CallsWhileDetached, ms.Warnings)
+	}
+}
+
+// TestLateAgent starts the workload with nobody listening; the agent appears later: the
+// library connects within its retry period, sends the graph nodes captured before, and every
+// kernel submitted after the connection arrives.
+func TestLateAgent(t *testing.T) {
+	dir := t.TempDir()
+	sock, truth := filepath.Join(dir, "run", "cupti.sock"), filepath.Join(dir, "truth.jsonl")
+	d := runLateAgent(t, sock, injectEnv(t, sock, "SPECPROF_SIM_TRUTH="+truth, "SPECPROF_CUPTI_RETRY_MS=100"))
 	if len(d.kernels) == 0 {
 		t.Fatal("no kernel records after the agent appeared")
 	}
