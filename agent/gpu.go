@@ -28,11 +28,10 @@ type GPUStats struct {
 	DroppedNoAgent      uint64 `json:"lib_dropped_no_agent"`
 	DroppedBackpressure uint64 `json:"lib_dropped_backpressure"`
 	DroppedDisconnect   uint64 `json:"lib_dropped_disconnect"`
-	// CUPTI detached once nothing more was to be traced (--cupti-detach; final): detaches
-	// completed, and the total and longest time the application thread that ran one waited.
-	Detaches         uint64 `json:"lib_cupti_detaches,omitempty"`
-	DetachStallNs    uint64 `json:"lib_detach_stall_ns,omitempty"`
-	DetachStallMaxNs uint64 `json:"lib_detach_stall_max_ns,omitempty"`
+	// CUPTI detached once nothing more was to be traced (--cupti-detach; final): 0 or 1,
+	// and the time the application thread that ran the detach waited.
+	Detaches      uint64 `json:"lib_cupti_detaches,omitempty"`
+	DetachStallNs uint64 `json:"lib_detach_stall_ns,omitempty"`
 }
 
 // RecordsPerSecond is the delivery rate over the span of the GPU records.
@@ -160,7 +159,7 @@ func (h *GPUHandler) Records(c *cupti.Conn, b *cupti.Batch) {
 		s.DroppedNoAgent = st.DroppedNoAgent
 		s.DroppedBackpressure = st.DroppedBackpressure
 		s.DroppedDisconnect = st.DroppedDisconnect
-		s.Detaches, s.DetachStallNs, s.DetachStallMaxNs = st.Detaches, st.DetachStallNs, st.DetachStallMaxNs
+		s.Detaches, s.DetachStallNs = st.Detaches, st.DetachStallNs
 	}
 }
 

@@ -226,9 +226,8 @@ struct spw_stats {
     uint64_t connects;          /* successful connections so far */
     uint64_t namesDropped;      /* kernels sent with nameID 0 because the name table was full */
     /* SPECPROF_CUPTI_DETACH: CUPTI detached once nothing more was to be traced. */
-    uint64_t detaches;          /* cuptiFinalize calls that completed (0 or 1: the detach is final) */
-    uint64_t detachStallNs;     /* their total time: the application thread that ran one waited */
-    uint64_t detachStallMaxNs;  /* the longest of them */
+    uint64_t detaches;          /* cuptiFinalize completed: 0 or 1 (the detach is final) */
+    uint64_t detachStallNs;     /* its time: what the application thread that ran it waited */
 };
 
 #endif /* SPECPROF_CUPTI_WIRE_H */

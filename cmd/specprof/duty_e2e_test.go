@@ -205,9 +205,8 @@ func checkDetach(t *testing.T, detach bool, rep *agent.Report, mockStats string,
 		t.Errorf("mock CUPTI: %d finalizes outside an API exit callback, %d CUPTI calls while detached; warnings %q",
 			m.FinalizeOutside, m.CallsWhileDetached, m.Warnings)
 	}
-	if int(g.Detaches) != m.Finalizes || g.DetachStallNs == 0 || g.DetachStallMaxNs != g.DetachStallNs {
-		t.Errorf("report: %d detaches (mock: %d), stall %d ns (max %d)", g.Detaches, m.Finalizes,
-			g.DetachStallNs, g.DetachStallMaxNs)
+	if int(g.Detaches) != m.Finalizes || g.DetachStallNs == 0 {
+		t.Errorf("report: %d detaches (mock: %d), stall %d ns", g.Detaches, m.Finalizes, g.DetachStallNs)
 	}
 	if !strings.Contains(string(out), "CUPTI detached") {
 		t.Errorf("the report does not state the detaches:\n%s", out)

@@ -219,7 +219,7 @@ static int g_detach_off;      /* sender: cuptiFinalize failed or is missing: sta
 static uint32_t g_windows;    /* sender: duty windows opened */
 static int g_no_detach;       /* under detach_mu: exit began, no new request */
 static pthread_mutex_t detach_mu = PTHREAD_MUTEX_INITIALIZER;
-static atomic_ullong g_detaches, g_detach_stall_ns, g_detach_stall_max_ns;
+static atomic_ullong g_detaches, g_detach_stall_ns;
 
 /* CUPTI may be called: attached, and no detach asked for (sender thread). */
 static int cupti_usable(void) { return !g_detach_pending && atomic_load(&g_cs) == CS_ATTACHED; }
@@ -532,7 +532,6 @@ static void enable_collection(void) {
     /* With a final detach every kind follows the windows: nothing records after the last flush. */
     g_duty_types = cfg.duty_period_ns ? cfg.kinds & (cfg.detach ? K_WINDOWED | K_OVERHEAD : K_WINDOWED) : 0;
     atomic_store(&g_count_inflight, (g_duty_types & K_API) != 0);
-    g_window_open = 0;
     g_next_toggle = 0; /* the first window opens at once */
     for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
         if (!(cfg.kinds & kind_map[i].type_bit)) continue;
@@ -1014,11 +1013,8 @@ static void finalize_here(void) {
         LOG_ONCE(L_DETACH, "cuptiFinalize: %s; CUPTI stays attached", result_str(r));
         atomic_store(&g_cs, CS_ATTACHED);
     } else {
-        atomic_fetch_add(&g_detaches, 1);
-        atomic_fetch_add(&g_detach_stall_ns, d);
-        unsigned long long m = atomic_load(&g_detach_stall_max_ns);
-        while (d > m && !atomic_compare_exchange_weak(&g_detach_stall_max_ns, &m, d)) {
-        }
+        atomic_store(&g_detach_stall_ns, d);
+        atomic_store(&g_detaches, 1);
         atomic_store(&g_cs, CS_DETACHED);
     }
     if (g_efd >= 0) { /* the sender sees it at once (it may be polling for it) */
@@ -1112,14 +1108,12 @@ static uint64_t duty_step(uint64_t now) {
         g_window_open = 0;
         g_next_toggle = g_window_start + cfg.duty_period_ns;
         w.open = g_window_start, w.close = end;
-        (void)out_record(SPW_WINDOW, 0, &w, sizeof w, NULL, 0);
-        if (cfg.max_windows && g_windows >= cfg.max_windows) { /* the last window */
-            request_detach();
-            return g_detach_pending ? now + 1000000ull : UINT64_MAX;
-        }
-        return g_next_toggle;
     }
     (void)out_record(SPW_WINDOW, 0, &w, sizeof w, NULL, 0);
+    if (!g_window_open && cfg.max_windows && g_windows >= cfg.max_windows) { /* the last window closed */
+        request_detach();
+        return g_detach_pending ? now + 1000000ull : UINT64_MAX;
+    }
     return g_next_toggle;
 }
 
@@ -1139,7 +1133,6 @@ static void send_stats(uint16_t flags) {
         .namesDropped = atomic_load(&st.names_dropped),
         .detaches = atomic_load(&g_detaches),
         .detachStallNs = atomic_load(&g_detach_stall_ns),
-        .detachStallMaxNs = atomic_load(&g_detach_stall_max_ns),
     };
     (void)out_record(SPW_STATS, flags, &w, sizeof w, NULL, 0);
 }

@@ -108,7 +108,7 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 		}
 		if g := p.GPU; g != nil && g.Detaches > 0 {
 			fmt.Fprintf(w, "  CUPTI detached once nothing more was to be traced (--cupti-detach): the application thread that ran the detach waited %s ms; no GPU records from this process after it\n",
-				ms(float64(g.DetachStallMaxNs)))
+				ms(float64(g.DetachStallNs)))
 		}
 		for _, pr := range p.Problems {
 			fmt.Fprintf(w, "  problem: %s\n", pr)
