@@ -32,6 +32,10 @@ type GPUStats struct {
 	// and the time the application thread that ran the detach waited.
 	Detaches      uint64 `json:"lib_cupti_detaches,omitempty"`
 	DetachStallNs uint64 `json:"lib_detach_stall_ns,omitempty"`
+	// DetachRefused is 1 when a detach was due but the process had built
+	// CUDA graphs under CUPTI, whose launches fail after a detach: CUPTI
+	// stayed attached, with nothing enabled.
+	DetachRefused uint64 `json:"lib_cupti_detach_refused,omitempty"`
 }
 
 // RecordsPerSecond is the delivery rate over the span of the GPU records.
@@ -159,7 +163,7 @@ func (h *GPUHandler) Records(c *cupti.Conn, b *cupti.Batch) {
 		s.DroppedNoAgent = st.DroppedNoAgent
 		s.DroppedBackpressure = st.DroppedBackpressure
 		s.DroppedDisconnect = st.DroppedDisconnect
-		s.Detaches, s.DetachStallNs = st.Detaches, st.DetachStallNs
+		s.Detaches, s.DetachStallNs, s.DetachRefused = st.Detaches, st.DetachStallNs, st.DetachRefused
 	}
 }
 

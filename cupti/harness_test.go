@@ -482,6 +482,7 @@ type mockStats struct {
 	Finalizes          int `json:"finalizes"`
 	FinalizeOutside    int `json:"finalize_outside_exit_callback"`
 	CallsWhileDetached int `json:"calls_while_detached"`
+	FinalizeWithGraphs int `json:"finalize_with_graphs"` // after graphs were built under CUPTI
 }
 
 func readMockStats(t testing.TB, path string) mockStats {

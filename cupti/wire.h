@@ -228,6 +228,8 @@ struct spw_stats {
     /* SPECPROF_CUPTI_DETACH: CUPTI detached once nothing more was to be traced. */
     uint64_t detaches;          /* cuptiFinalize completed: 0 or 1 (the detach is final) */
     uint64_t detachStallNs;     /* its time: what the application thread that ran it waited */
+    uint64_t detachRefused;     /* 1: a detach was due, but the process had built CUDA graphs under
+                                   CUPTI, whose launches fail after cuptiFinalize: CUPTI stays attached */
 };
 
 #endif /* SPECPROF_CUPTI_WIRE_H */

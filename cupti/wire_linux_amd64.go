@@ -148,6 +148,7 @@ type LibStats struct {
 	NamesDropped        uint64
 	Detaches            uint64
 	DetachStallNs       uint64
+	DetachRefused       uint64
 }
 
 // Window is a window of GPU activity tracing (duty-cycled tracing): GPU records exist only for
@@ -236,7 +237,7 @@ const (
 	SizeofGraphNode = 0x30
 	SizeofName      = 0x8
 	SizeofOverhead  = 0x28
-	SizeofStats     = 0x70
+	SizeofStats     = 0x78
 	SizeofWindow    = 0x10
 	SizeofGraphExec = 0x28
 )

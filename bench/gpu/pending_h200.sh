@@ -11,6 +11,9 @@
 #   detach     (issue 6) 6 windows of 100ms/1s (or 2 of 500ms/5s), then CUPTI detached for good, on
 #              the graph loop; then the HF cells not measured yet: (b), (e), (f), (g), 2 repetitions.
 #   graphacc   (issue 4) graph-level tracing's per-phase GPU time against CUDA events.
+#   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
+#              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
+#              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
 set -u
 P=${PYTHON:-/opt/torch/.venv/bin/python3}
 OUT=${OUT:-/tmp/specprof-pending}
@@ -53,8 +56,12 @@ graphacc)
   suite graphacc --workloads eagle-graph --methods none,cudaev,full,fullgraph --reps 3 --budget-s 300 \
     --run-timeout-s 60
   ;;
+guard)
+  OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
+  OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
+  ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|guard" >&2
   exit 2
   ;;
 esac

@@ -433,6 +433,8 @@ def parse_report(path):
     g = proc.get("gpu") or {}
     if g.get("lib_cupti_detaches"):   # --cupti-detach: what the detaches cost the application
         out["detach"] = {"detaches": g["lib_cupti_detaches"], "stall_ms": g.get("lib_detach_stall_ns", 0) / 1e6}
+    elif g.get("lib_cupti_detach_refused"):  # the process had built CUDA graphs: CUPTI stayed attached
+        out["detach"] = {"detaches": 0, "refused": 1}
     for ph in t.get("phases") or []:
         name = ph.get("phase")
         c = ph.get("cycles") or 0
@@ -1084,7 +1086,7 @@ def throughput_table(wr):
             ("%d" % max(loss)) if loss and m in SPECPROF_METHODS else "—"))
     # --cupti-detach: what the detach cost the application thread that ran it.
     for m in DETACH_METHODS:
-        ds = []
+        ds, refused = [], 0
         for r in wr:
             if r["method"] != m or not _status_ok(r):
                 continue
@@ -1092,15 +1094,22 @@ def throughput_table(wr):
                 d = (json.loads(r.get("info_json") or "{}").get("specprof") or {}).get("detach")
             except ValueError:
                 d = None
-            if d:
+            if d and d.get("refused"):
+                refused += 1
+            elif d:
                 d.setdefault("stall_ms", d.get("stall_ms_max"))  # results written before the detach was final
                 ds.append(d)
+        runs = len([r for r in wr if r["method"] == m and _status_ok(r)])
         if ds:
             L.append("")
             L.append("%s: CUPTI detached in %d of %d runs; the application thread that ran the detach waited "
                      "%s ms (median; longest %s ms)." % (
-                         LABEL[m], len(ds), len([r for r in wr if r["method"] == m and _status_ok(r)]),
+                         LABEL[m], len(ds), runs,
                          fmt(median([d["stall_ms"] for d in ds]), 3), fmt(max(d["stall_ms"] for d in ds), 3)))
+        if refused:
+            L.append("")
+            L.append("%s: CUPTI stayed attached in %d of %d runs: the process had built CUDA graphs, whose "
+                     "launches fail once CUPTI detaches." % (LABEL[m], refused, runs))
     return L
 
 

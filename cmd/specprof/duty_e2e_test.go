@@ -173,19 +173,7 @@ func unionNs(xs [][2]uint64) int64 {
 // what the report says of them.
 func checkDetach(t *testing.T, detach bool, rep *agent.Report, mockStats string, out []byte) {
 	t.Helper()
-	b, err := os.ReadFile(mockStats)
-	if err != nil {
-		t.Fatalf("mock CUPTI stats: %v", err)
-	}
-	var m struct {
-		Subscribes, Finalizes int
-		FinalizeOutside       int `json:"finalize_outside_exit_callback"`
-		CallsWhileDetached    int `json:"calls_while_detached"`
-		Warnings              []string
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("mock CUPTI stats %s: %v", b, err)
-	}
+	m := readDutyMockStats(t, mockStats)
 	g := rep.Processes[0].GPU
 	if g == nil {
 		t.Fatal("no GPU statistics in the report")
@@ -201,9 +189,9 @@ func checkDetach(t *testing.T, detach bool, rep *agent.Report, mockStats string,
 	if m.Finalizes != 1 || m.Subscribes != 1 {
 		t.Errorf("mock CUPTI: %d finalizes, %d subscribes: want one subscription and one final detach", m.Finalizes, m.Subscribes)
 	}
-	if m.FinalizeOutside != 0 || m.CallsWhileDetached != 0 {
-		t.Errorf("mock CUPTI: %d finalizes outside an API exit callback, %d CUPTI calls while detached; warnings %q",
-			m.FinalizeOutside, m.CallsWhileDetached, m.Warnings)
+	if m.FinalizeOutside != 0 || m.CallsWhileDetached != 0 || m.FinalizeWithGraphs != 0 || g.DetachRefused != 0 {
+		t.Errorf("mock CUPTI: %d finalizes outside an API exit callback, %d CUPTI calls while detached, %d after graphs were built; report: %d refused; warnings %q",
+			m.FinalizeOutside, m.CallsWhileDetached, m.FinalizeWithGraphs, g.DetachRefused, m.Warnings)
 	}
 	if int(g.Detaches) != m.Finalizes || g.DetachStallNs == 0 {
 		t.Errorf("report: %d detaches (mock: %d), stall %d ns", g.Detaches, m.Finalizes, g.DetachStallNs)
@@ -212,4 +200,74 @@ func checkDetach(t *testing.T, detach bool, rep *agent.Report, mockStats string,
 		t.Errorf("the report does not state the detaches:\n%s", out)
 	}
 	t.Logf("%d detach; the application thread waited %d ns", g.Detaches, g.DetachStallNs)
+}
+
+// dutyMockStats is what the mock CUPTI did (SPECPROF_MOCK_CUPTI_STATS).
+type dutyMockStats struct {
+	Subscribes, Finalizes int
+	FinalizeOutside       int `json:"finalize_outside_exit_callback"`
+	CallsWhileDetached    int `json:"calls_while_detached"`
+	FinalizeWithGraphs    int `json:"finalize_with_graphs"`
+	Warnings              []string
+}
+
+func readDutyMockStats(t *testing.T, path string) dutyMockStats {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("mock CUPTI stats: %v", err)
+	}
+	var m dutyMockStats
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("mock CUPTI stats %s: %v", b, err)
+	}
+	return m
+}
+
+// TestCUPTIDetachGraphs: a process that built CUDA graphs under CUPTI is
+// never detached (on the H200 every graph-loop run that detached after its
+// graph capture failed in its next graph launches). With --cupti-windows 3
+// --cupti-detach on the graph workload the three windows are traced, CUPTI
+// is not finalized, the workload runs to its end with its output unchanged,
+// and the report says why CUPTI stayed attached.
+func TestCUPTIDetachGraphs(t *testing.T) {
+	injLib, mockCupti, std, bin, root := standins(t)
+	dir := t.TempDir()
+	const cycles = 400
+	cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+		"--cupti-duty", "100ms/300ms", "--cupti-windows", "3", "--cupti-detach", "--",
+		"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", "400", "--mode", "graph")
+	mockStats := filepath.Join(dir, "mock.json")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti, "SPECPROF_MOCK_CUPTI_STATS="+mockStats)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("specprof run: %v\n%s", err, out)
+	}
+	rep := readReport(t, dir)
+	p := rep.Processes[0]
+	m := readDutyMockStats(t, mockStats)
+	if m.Finalizes != 0 || m.FinalizeWithGraphs != 0 || m.CallsWhileDetached != 0 {
+		t.Errorf("mock CUPTI: %d finalizes (%d after graphs were built), %d calls while detached; warnings %q",
+			m.Finalizes, m.FinalizeWithGraphs, m.CallsWhileDetached, m.Warnings)
+	}
+	if g := p.GPU; g == nil || g.Detaches != 0 || g.DetachRefused != 1 {
+		t.Errorf("report GPU %+v: want no detach, one refused", g)
+	}
+	if p.Duty == nil || p.Duty.Windows != 3 {
+		t.Errorf("duty %+v: want 3 windows", p.Duty)
+	}
+	var main *agent.ThreadReport
+	for _, th := range p.Threads {
+		if th.TID == p.PID {
+			main = th
+		}
+	}
+	if main == nil || main.Cycles != cycles || main.Untraced == 0 || main.Untraced >= cycles {
+		t.Errorf("main thread %+v: want %d cycles, some outside the windows", main, cycles)
+	}
+	for _, want := range []string{"CUPTI stayed attached", "not detaching CUPTI: this process has built CUDA graphs"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
 }

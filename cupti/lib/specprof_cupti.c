@@ -219,7 +219,14 @@ static int g_detach_off;      /* sender: cuptiFinalize failed or is missing: sta
 static uint32_t g_windows;    /* sender: duty windows opened */
 static int g_no_detach;       /* under detach_mu: exit began, no new request */
 static pthread_mutex_t detach_mu = PTHREAD_MUTEX_INITIALIZER;
-static atomic_ullong g_detaches, g_detach_stall_ns;
+static atomic_ullong g_detaches, g_detach_stall_ns, g_detach_refused;
+/* A CUDA graph node was created or cloned while CUPTI was subscribed. Launches of such graphs fail
+ * once CUPTI is finalized (all 12 graph-loop runs that detached after graph capture on the H200,
+ * CUPTI 13.0.85; PyTorch's profiler skips its CUPTI teardown when graphs are used, pytorch#112507),
+ * so a process with graphs is never detached. */
+static atomic_int g_graphs;
+static const char refused_msg[] = "not detaching CUPTI: this process has built CUDA graphs, whose launches fail after "
+                                  "cuptiFinalize; CUPTI stays attached with nothing enabled";
 
 /* CUPTI may be called: attached, and no detach asked for (sender thread). */
 static int cupti_usable(void) { return !g_detach_pending && atomic_load(&g_cs) == CS_ATTACHED; }
@@ -353,6 +360,7 @@ static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *da
     if (domain != SPC_DOMAIN_RESOURCE ||
         (cbid != SPC_CBID_RESOURCE_GRAPHNODE_CREATED && cbid != SPC_CBID_RESOURCE_GRAPHNODE_CLONED))
         return;
+    if (!atomic_load_explicit(&g_graphs, memory_order_relaxed)) atomic_store(&g_graphs, 1);
     const struct spc_resource_data *rd = data;
     const struct spc_graph_data *gd = rd->resourceDescriptor;
     if (!gd || !C.GetGraphNodeId) return;
@@ -1006,6 +1014,16 @@ static void send_graph_nodes(void) {
 
 /* Runs on the application thread that took the detach request, in its API exit callback. */
 static void finalize_here(void) {
+    if (atomic_load(&g_graphs)) { /* a graph was built after the request: refuse (see g_graphs) */
+        atomic_store(&g_detach_refused, 1);
+        atomic_store(&g_cs, CS_ATTACHED);
+        if (g_efd >= 0) {
+            uint64_t one = 1;
+            ssize_t w = write(g_efd, &one, sizeof one);
+            (void)w;
+        }
+        return;
+    }
     uint64_t t0 = mono_ns();
     spc_result r = C.Finalize();
     uint64_t d = mono_ns() - t0;
@@ -1030,6 +1048,12 @@ static void request_detach(void) {
     if (!cfg.detach || g_detach_off || !cupti_usable() || atomic_load(&g_exit_req)) return;
     if (!C.Finalize || !C.EnableDomain) {
         LOG_ONCE(L_DETACH, "this CUPTI lacks cuptiFinalize or cuptiEnableDomain; CUPTI stays attached");
+        g_detach_off = 1;
+        return;
+    }
+    if (atomic_load(&g_graphs)) {
+        LOG_ONCE(L_DETACH, "%s", refused_msg);
+        atomic_store(&g_detach_refused, 1);
         g_detach_off = 1;
         return;
     }
@@ -1059,9 +1083,11 @@ static void poll_detach(void) {
         g_detach_pending = 0;
         g_sub = NULL;
         DEBUG("detached");
-    } else if (s == CS_ATTACHED) { /* cuptiFinalize failed or exit cancelled: still subscribed */
+    } else if (s == CS_ATTACHED) { /* refused, cuptiFinalize failed or exit cancelled: still subscribed */
         g_detach_pending = 0;
         g_detach_off = 1;
+        if (atomic_load(&g_detach_refused))
+            LOG_ONCE(L_DETACH, "%s", refused_msg);
         (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_DRIVER_API);
         (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_RUNTIME_API);
     }
@@ -1133,6 +1159,7 @@ static void send_stats(uint16_t flags) {
         .namesDropped = atomic_load(&st.names_dropped),
         .detaches = atomic_load(&g_detaches),
         .detachStallNs = atomic_load(&g_detach_stall_ns),
+        .detachRefused = atomic_load(&g_detach_refused),
     };
     (void)out_record(SPW_STATS, flags, &w, sizeof w, NULL, 0);
 }

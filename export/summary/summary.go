@@ -110,6 +110,9 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			fmt.Fprintf(w, "  CUPTI detached once nothing more was to be traced (--cupti-detach): the application thread that ran the detach waited %s ms; no GPU records from this process after it\n",
 				ms(float64(g.DetachStallNs)))
 		}
+		if g := p.GPU; g != nil && g.DetachRefused > 0 {
+			fmt.Fprintf(w, "  CUPTI stayed attached after the last window (--cupti-detach): the process had built CUDA graphs, whose launches fail once CUPTI detaches; attached with nothing enabled, CUPTI still costs every CUDA call (cupti/README.md)\n")
+		}
 		for _, pr := range p.Problems {
 			fmt.Fprintf(w, "  problem: %s\n", pr)
 		}

@@ -17,6 +17,8 @@
  *     enabled kinds and callbacks and the registered callbacks, as CUPTI's teardown does. CUPTI
  *     allows it only in an API exit callback: the mock counts calls made elsewhere, and calls
  *     into it while detached (real CUPTI would initialise itself again, without a subscriber).
+ *     It also counts finalizes after a graph node was created while subscribed: on the H200
+ *     (CUPTI 13.0.85) such graphs' launches failed once CUPTI was finalized.
  *
  * Ids: context ids count contexts from 1 in order of first use; stream ids are the simulator's
  * stream_id; graph ids the simulator's graph_id. Graph node ids: a captured node is
@@ -153,7 +155,8 @@ static long buffers_granted;
 static atomic_ullong dropped_since_read, dropped_total;
 static atomic_ullong n_records[KIND_MAX];
 static atomic_ullong n_driver_cb, n_resource_cb, n_delivered_buffers, n_flushes;
-static atomic_ullong n_subscribes, n_finalizes, n_finalize_outside_exit, n_calls_detached;
+static atomic_ullong n_subscribes, n_finalizes, n_finalize_outside_exit, n_calls_detached, n_finalize_with_graphs;
+static atomic_int graphs_under_cupti; /* a graph node was created while subscribed */
 static atomic_int detached;              /* finalized and not subscribed again */
 static __thread int t_in_exit_callback;  /* inside a driver API exit callback */
 
@@ -630,6 +633,9 @@ static void on_graph_node(const simgpu_graph_node_rec *g) {
     uint64_t id = orig_node_id(g->graph_id, g->node_id);
     struct mock_graph_data d = {.graph = GRAPH_HANDLE(g->graph_id), .node = NODE_HANDLE(id), .nodeType = 0};
     struct mock_resource_data rd = {.resourceDescriptor = &d};
+    pthread_mutex_lock(&mu);
+    if (sub.subscribed) atomic_store(&graphs_under_cupti, 1);
+    pthread_mutex_unlock(&mu);
     fire(DOM_RESOURCE, CB_GRAPHNODE_CREATED, &rd);
 }
 
@@ -645,7 +651,7 @@ static void write_stats(void) {
             "\"api\":%llu,\"sync\":%llu,\"overhead\":%llu},\"dropped\":%llu,\"driver_callbacks\":%llu,"
             "\"resource_callbacks\":%llu,\"buffers_delivered\":%llu,\"flushes\":%llu,\"subscribes\":%llu,"
             "\"finalizes\":%llu,\"finalize_outside_exit_callback\":%llu,\"calls_while_detached\":%llu,"
-            "\"warnings\":[",
+            "\"finalize_with_graphs\":%llu,\"warnings\":[",
             cfg.version, atomic_load(&ever_enabled) ? "true" : "false",
             (unsigned long long)n_records[KIND_CONCURRENT_KERNEL], (unsigned long long)n_records[KIND_MEMCPY],
             (unsigned long long)n_records[KIND_MEMSET], (unsigned long long)n_records[KIND_DRIVER],
@@ -653,7 +659,8 @@ static void write_stats(void) {
             (unsigned long long)dropped_total, (unsigned long long)n_driver_cb, (unsigned long long)n_resource_cb,
             (unsigned long long)n_delivered_buffers, (unsigned long long)n_flushes,
             (unsigned long long)n_subscribes, (unsigned long long)n_finalizes,
-            (unsigned long long)n_finalize_outside_exit, (unsigned long long)n_calls_detached);
+            (unsigned long long)n_finalize_outside_exit, (unsigned long long)n_calls_detached,
+            (unsigned long long)n_finalize_with_graphs);
     for (int i = 0; i < nwarn; i++) fprintf(f, "%s\"%s\"", i ? "," : "", warnings[i]);
     fprintf(f, "]}\n");
     fclose(f);
@@ -911,6 +918,10 @@ EXPORT CUptiResult cuptiFinalize(void) {
     if (!t_in_exit_callback) {
         atomic_fetch_add(&n_finalize_outside_exit, 1);
         warn("cuptiFinalize called outside an API exit callback");
+    }
+    if (atomic_load(&graphs_under_cupti)) {
+        atomic_fetch_add(&n_finalize_with_graphs, 1);
+        warn("cuptiFinalize after CUDA graphs were built under CUPTI: their launches fail on real CUPTI");
     }
     for (int k = 0; k < KIND_MAX; k++) atomic_store(&kind_on[k], 0);
     deliver_all();
