@@ -52,6 +52,17 @@ type PhaseStats struct {
 	// events around the phase measure in the same run, less the launch
 	// latency of a first launch that found the GPU idle.
 	GPUElapsedNs int64 `json:"gpu_elapsed_ns,omitempty"`
+	// GPUHostGapNs is the time the GPU sat idle before the phase's first
+	// GPU work, since the thread's previous GPU work ended (an earlier phase
+	// of the cycle, or the previous cycle): the GPU waited for the host —
+	// Python, launch overhead, a host sync and the work after it. CUDA
+	// events around a phase count the part of it that falls inside the
+	// phase; the phases' elapsed times plus these gaps make up the cycle's
+	// GPU timeline.
+	GPUHostGapNs int64 `json:"gpu_host_gap_ns,omitempty"`
+	// gpuFirst and gpuLast bound this phase's GPU work in one cycle
+	// (KeyStats.ActiveFirst/ActiveLast), for the host gaps.
+	gpuFirst, gpuLast uint64
 	// SyncSites counts blocked time by the innermost Python frame that blocked.
 	SyncSites map[string]int64 `json:"sync_sites_ns,omitempty"`
 }
@@ -216,4 +227,9 @@ func (s *PhaseStats) addGPU(o *PhaseStats) {
 	s.GPUMemcpyNs += o.GPUMemcpyNs
 	s.GPUActiveNs += o.GPUActiveNs
 	s.GPUElapsedNs += o.GPUElapsedNs
+	s.GPUHostGapNs += o.GPUHostGapNs
+	if o.gpuFirst != 0 && (s.gpuFirst == 0 || o.gpuFirst < s.gpuFirst) {
+		s.gpuFirst = o.gpuFirst
+	}
+	s.gpuLast = max(s.gpuLast, o.gpuLast)
 }

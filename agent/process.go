@@ -102,6 +102,8 @@ type thread struct {
 	resolved    int64
 
 	smp threadSamples // CPU samples waiting for their cycle (sampler.go)
+
+	gapPrev gapMark // the GPU end of the last cycle folded (hostgap.go)
 }
 
 func (p *process) thread(tid int) *thread {
@@ -528,6 +530,7 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 		if t.cycles == 0 || t.winFirst == 0 {
 			t.winFirst = cc.no
 		}
+		t.hostGaps(cc)
 		if a.tracing() {
 			a.finishTrace(p, t, cc, m)
 		}

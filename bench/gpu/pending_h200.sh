@@ -11,6 +11,9 @@
 #   detach     (issue 6) 6 windows of 100ms/1s (or 2 of 500ms/5s), then CUPTI detached for good, on
 #              the graph loop; then the HF cells not measured yet: (b), (e), (f), (g), 2 repetitions.
 #   graphacc   (issue 4) graph-level tracing's per-phase GPU time against CUDA events.
+#   hostgap    (issue 4) the accuracy runs again with the host gaps (session 7): events around a
+#              phase that starts on an idle GPU or ends in a host sync count host time; does
+#              elapsed + the host gaps add up to the events (same run, and separate runs)?
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -56,12 +59,17 @@ graphacc)
   suite graphacc --workloads eagle-graph --methods none,cudaev,full,fullgraph --reps 3 --budget-s 300 \
     --run-timeout-s 60
   ;;
+hostgap)
+  suite hostgap --workloads eagle-eager --methods full,cudaev,fullev \
+    --eagle-args '--hidden 8192 --ffn 28672' --reps 2 --budget-s 230 --run-timeout-s 90
+  suite hostgapgraph --workloads eagle-graph --methods fullev,cudaev --reps 1 --budget-s 80 --run-timeout-s 60
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|guard" >&2
   exit 2
   ;;
 esac

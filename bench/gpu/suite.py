@@ -452,6 +452,7 @@ def parse_report(path):
             d["gpu_kernel"] = (ph.get("gpu_kernel_ns") or 0) / gc / 1e6
             d["gpu_active"] = (ph.get("gpu_active_ns") or 0) / gc / 1e6
             d["gpu_elapsed_sp"] = (ph.get("gpu_elapsed_ns") or 0) / gc / 1e6
+            d["gpu_host_gap"] = (ph.get("gpu_host_gap_ns") or 0) / gc / 1e6
             d["gpu_n"] = gc
         out["phases"][name] = d
     return out
@@ -485,7 +486,7 @@ def loop_cycles(report, path, window):
                 st = ph.get("stats") or {}
                 d = acc.setdefault(ph.get("phase"), {"n": 0, "gpu_n": 0, "cpu_span": 0.0, "sync_wait": 0.0,
                                                      "gpu_span": 0.0, "gpu_busy": 0.0, "gpu_kernel": 0.0,
-                                                     "gpu_active": 0.0, "gpu_elapsed_sp": 0.0,
+                                                     "gpu_active": 0.0, "gpu_elapsed_sp": 0.0, "gpu_host_gap": 0.0,
                                                      "cpu_sampled": 0.0, "samples": 0, "launches": 0.0})
                 d["n"] += 1
                 d["cpu_span"] += (st.get("cpu_span_ns") or 0) / 1e6
@@ -501,6 +502,7 @@ def loop_cycles(report, path, window):
                     d["gpu_kernel"] += (st.get("gpu_kernel_ns") or 0) / 1e6
                     d["gpu_active"] += (st.get("gpu_active_ns") or 0) / 1e6
                     d["gpu_elapsed_sp"] += (st.get("gpu_elapsed_ns") or 0) / 1e6
+                    d["gpu_host_gap"] += (st.get("gpu_host_gap_ns") or 0) / 1e6
     if not n:
         return
     phases = {}
@@ -510,7 +512,7 @@ def loop_cycles(report, path, window):
         if d["samples"]:
             o["cpu_sampled"] = d["cpu_sampled"] / d["n"]
         if d["gpu_n"]:
-            for k in ("gpu_span", "gpu_busy", "gpu_kernel", "gpu_active", "gpu_elapsed_sp"):
+            for k in ("gpu_span", "gpu_busy", "gpu_kernel", "gpu_active", "gpu_elapsed_sp", "gpu_host_gap"):
                 o[k] = d[k] / d["gpu_n"]
             o["gpu_n"] = d["gpu_n"]
         phases[name] = o
@@ -523,7 +525,7 @@ def phase_metrics(method, res, report):
     out = {}
     if method in SPECPROF_METHODS and report:
         keys = ("cpu_span", "sync_wait", "cpu_sampled") if method in ("ebpf", "ebpflean") else \
-            ("gpu_span", "gpu_busy", "gpu_kernel", "gpu_active", "gpu_elapsed_sp", "cpu_span", "cpu_sampled")
+            ("gpu_span", "gpu_busy", "gpu_kernel", "gpu_active", "gpu_elapsed_sp", "gpu_host_gap", "cpu_span", "cpu_sampled")
         for name, d in (report.get("phases") or {}).items():
             m = {k: d[k] for k in keys if k in d}
             if m:
@@ -1114,14 +1116,14 @@ def throughput_table(wr):
 
 
 METRIC_LABEL = {"gpu_elapsed": "gpu elapsed (truth)", "gpu_span": "gpu span", "gpu_busy": "gpu busy",
-                "gpu_active": "gpu active", "gpu_elapsed_sp": "gpu elapsed",
+                "gpu_active": "gpu active", "gpu_elapsed_sp": "gpu elapsed", "gpu_host_gap": "host gap before",
                 "gpu_elapsed_ev": "CUDA events, same run",
                 "gpu_kernel": "kernel sum", "cpu_span": "cpu span", "sync_wait": "sync wait",
                 "wall_sync": "wall+sync", "wall": "wall", "cpu_sampled": "cpu sampled"}
-METHOD_METRICS = [("cudaev", "gpu_elapsed"), ("full", "gpu_active"), ("full", "gpu_elapsed_sp"), ("full", "gpu_span"), ("full", "gpu_busy"),
-                  ("full", "gpu_kernel"), ("full", "cpu_span"), ("full", "cpu_sampled"),
-                  ("fullev", "gpu_elapsed_ev"), ("fullev", "gpu_elapsed_sp"), ("fullev", "gpu_active"), ("fullev", "gpu_busy"),
-                  ("fullgraph", "gpu_active"), ("fullgraph", "gpu_elapsed_sp"),
+METHOD_METRICS = [("cudaev", "gpu_elapsed"), ("full", "gpu_active"), ("full", "gpu_elapsed_sp"), ("full", "gpu_host_gap"),
+                  ("full", "gpu_span"), ("full", "gpu_busy"), ("full", "gpu_kernel"), ("full", "cpu_span"), ("full", "cpu_sampled"),
+                  ("fullev", "gpu_elapsed_ev"), ("fullev", "gpu_elapsed_sp"), ("fullev", "gpu_host_gap"), ("fullev", "gpu_active"),
+                  ("fullev", "gpu_busy"), ("fullgraph", "gpu_active"), ("fullgraph", "gpu_elapsed_sp"), ("fullgraph", "gpu_host_gap"),
                   ("ebpf", "cpu_span"), ("ebpf", "sync_wait"), ("ebpf", "cpu_sampled"), ("torchprof", "gpu_span"), ("torchprof", "gpu_busy"),
                   ("torchprof", "gpu_kernel"), ("v3", "wall_sync"), ("v4", "wall")]
 COMPARE_TO_TRUTH = {"gpu_span", "gpu_busy", "gpu_kernel", "gpu_active", "gpu_elapsed_sp", "wall_sync", "wall"}
@@ -1150,15 +1152,16 @@ def phase_table(wr):
     # (c8) records CUDA events itself: its figures are compared with those, on the same timeline.
     same_run = {ph: median(vals.get(("fullev", "gpu_elapsed_ev", ph), [])) for ph in order}
     L = ["Per-phase time, ms per occurrence (median over runs; in parentheses vs (g), and for (c8) vs "
-         "the CUDA events of its own runs):", "",
-         "| method | figure | " + " | ".join(order) + " |",
-         "|---|---|" + "---|" * len(order)]
+         "the CUDA events of its own runs; Σ: the sum of the row's medians):", "",
+         "| method | figure | " + " | ".join(order) + " | Σ |",
+         "|---|---|" + "---|" * (len(order) + 1)]
     for m, metric in METHOD_METRICS:
         if not any((m, metric, ph) in vals for ph in order):
             continue
-        cells = []
+        cells, tot = [], 0.0
         for ph in order:
             v = median(vals.get((m, metric, ph), []))
+            tot += v or 0.0
             t = same_run.get(ph) if m == "fullev" else truth.get(ph)
             if v is None:
                 cells.append("—")
@@ -1166,6 +1169,7 @@ def phase_table(wr):
                 cells.append("%s (%s, %+.0f µs)" % (fmt(v), pct(v / t - 1), (v - t) * 1e3))
             else:
                 cells.append(fmt(v))
+        cells.append(fmt(tot))
         L.append("| %s | %s | %s |" % (LABEL[m], METRIC_LABEL.get(metric, metric), " | ".join(cells)))
     return L
 

@@ -531,11 +531,26 @@ func checkActiveElapsed(t *testing.T, truthPath, cyclesPath string, rep *agent.R
 		t.Fatal(err)
 	}
 	checked, differs := 0, 0
+	// Host gaps (agent.PhaseStats.GPUHostGapNs), from the simulated
+	// intervals: per thread, in cycle order.
+	type phaseIv struct {
+		first, end uint64
+		gap        int64 // what specprof says
+		name       string
+	}
+	type cycleIvs struct {
+		no  int
+		gpu bool
+		ph  []phaseIv
+	}
+	type tk struct{ pid, tid int }
+	byThread := map[tk][]cycleIvs{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var c agent.CycleTrace
 		if err := json.Unmarshal([]byte(line), &c); err != nil {
 			t.Fatalf("cycles.jsonl: %v", err)
 		}
+		ci := cycleIvs{no: c.Cycle, gpu: c.GPU}
 		for _, ph := range c.Phases {
 			if len(ph.GPU) == 0 {
 				continue
@@ -556,6 +571,9 @@ func checkActiveElapsed(t *testing.T, truthPath, cyclesPath string, rep *agent.R
 					lastEnd = max(lastEnd, x.end)
 				}
 			}
+			if first != 0 {
+				ci.ph = append(ci.ph, phaseIv{first, lastEnd, ph.Stats.GPUHostGapNs, ph.Phase})
+			}
 			wantActive, wantElapsed := unionNs(xs), int64(lastEnd-first)
 			if ph.Stats.GPUActiveNs != wantActive || ph.Stats.GPUElapsedNs != wantElapsed {
 				t.Errorf("pid %d tid %d cycle %d %s: GPU active %d ns, elapsed %d ns; simulated %d, %d",
@@ -566,6 +584,39 @@ func checkActiveElapsed(t *testing.T, truthPath, cyclesPath string, rep *agent.R
 			}
 			checked++
 		}
+		byThread[tk{c.PID, c.TID}] = append(byThread[tk{c.PID, c.TID}], ci)
+	}
+	gaps := 0
+	for k, cs := range byThread {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].no < cs[j].no })
+		var end uint64 // the thread's GPU work so far ended here (0: unknown)
+		prevNo := 0
+		for _, c := range cs {
+			if !c.gpu || c.no != prevNo+1 {
+				end = 0
+			}
+			prevNo = c.no
+			if !c.gpu {
+				continue
+			}
+			sort.Slice(c.ph, func(i, j int) bool { return c.ph[i].first < c.ph[j].first })
+			for _, p := range c.ph {
+				var want int64
+				if end != 0 && p.first > end {
+					want = int64(p.first - end)
+				}
+				if p.gap != want {
+					t.Errorf("pid %d tid %d cycle %d %s: host gap %d ns, simulated %d", k.pid, k.tid, c.no, p.name, p.gap, want)
+				}
+				if want > 0 {
+					gaps++
+				}
+				end = max(end, p.end)
+			}
+		}
+	}
+	if gaps == 0 {
+		t.Errorf("no phase waited for the host on the simulated GPU: the host-gap check proved nothing")
 	}
 	if checked == 0 || differs == 0 {
 		t.Errorf("%d phases checked, %d with active time other than busy time: the check proved nothing", checked, differs)

@@ -144,6 +144,7 @@ func (e *Exporter) emitPhase(ctx context.Context, tr trace.Tracer, p *agent.Phas
 		attribute.Int64("specprof.gpu.busy_ns", s.GPUBusyNs),
 		attribute.Int64("specprof.gpu.active_ns", s.GPUActiveNs),
 		attribute.Int64("specprof.gpu.elapsed_ns", s.GPUElapsedNs),
+		attribute.Int64("specprof.gpu.host_gap_ns", s.GPUHostGapNs),
 		attribute.Int64("specprof.gpu.span_ns", s.GPUSpanNs),
 		attribute.Int64("specprof.gpu.kernel_ns", s.GPUKernelNs),
 	}
@@ -194,6 +195,7 @@ func (e *Exporter) emitGPU(ctx context.Context, tr trace.Tracer, p *agent.PhaseT
 		attribute.Int64("specprof.gpu.busy_ns", s.GPUBusyNs),
 		attribute.Int64("specprof.gpu.active_ns", s.GPUActiveNs),
 		attribute.Int64("specprof.gpu.elapsed_ns", s.GPUElapsedNs),
+		attribute.Int64("specprof.gpu.host_gap_ns", s.GPUHostGapNs),
 		attribute.Int64("specprof.gpu.kernels", s.GPUKernels),
 		attribute.Int64("specprof.gpu.kernel_ns", s.GPUKernelNs),
 		attribute.Int64("specprof.gpu.span_ns", s.GPUSpanNs),

@@ -237,7 +237,7 @@ func phaseArgs(ph *agent.PhaseTrace) []arg {
 		}
 		if st.GPUCycles > 0 {
 			a = append(a, iArg("gpu_kernels", st.GPUKernels), iArg("gpu_busy_ns", st.GPUBusyNs), iArg("gpu_kernel_ns", st.GPUKernelNs),
-				iArg("gpu_active_ns", st.GPUActiveNs), iArg("gpu_elapsed_ns", st.GPUElapsedNs))
+				iArg("gpu_active_ns", st.GPUActiveNs), iArg("gpu_elapsed_ns", st.GPUElapsedNs), iArg("gpu_host_gap_ns", st.GPUHostGapNs))
 		}
 		if st.Colls > 0 {
 			a = append(a, iArg("collectives", st.Colls), iArg("collective_bytes", st.CollBytes))

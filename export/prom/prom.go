@@ -52,6 +52,7 @@ type Metrics struct {
 	cycleDur           *prometheus.HistogramVec
 	phaseCPU, phaseGPU *prometheus.HistogramVec
 	phaseGPUActive     *prometheus.HistogramVec
+	phaseGPUHostGap    *prometheus.CounterVec
 	cycles             *prometheus.CounterVec
 	launches, kernels  *prometheus.CounterVec
 	syncs, syncWait    *prometheus.CounterVec
@@ -92,6 +93,7 @@ func New(opts Options) *Metrics {
 	m.phaseCPU = hist("phase_cpu_span_seconds", "Per cycle, a phase's CPU span: its first to its last driver call (including sync returns).", phaseLabels)
 	m.phaseGPU = hist("phase_gpu_busy_seconds", "Per cycle, the GPU busy time of a phase's kernels (union of their intervals); only with GPU records.", phaseLabels)
 	m.phaseGPUActive = hist("phase_gpu_active_seconds", "Per cycle, a phase's GPU active time: its kernels, copies and sets plus the GPU's hand-over gaps between queued work, without the time a stream waited for the CPU; only with GPU records.", phaseLabels)
+	m.phaseGPUHostGap = counter("phase_gpu_host_gap_seconds_total", "Time the thread's GPU work sat idle before a phase's first GPU work, since its previous GPU work ended: the GPU waited for the host; only with GPU records.", phaseLabels)
 	m.cycles = counter("cycles_total", "Decode cycles closed.", procLabels)
 	m.launches = counter("launches_total", "Kernel and graph launches in cycles.", phaseLabels)
 	m.kernels = counter("gpu_kernels_total", "GPU kernels launched in cycles (from CUPTI records).", phaseLabels)
@@ -106,7 +108,7 @@ func New(opts Options) *Metrics {
 	if opts.Report != nil {
 		m.reports = &reportCache{fn: opts.Report}
 	}
-	m.reg.MustRegister(m.cycleDur, m.phaseCPU, m.phaseGPU, m.phaseGPUActive, m.cycles, m.launches, m.kernels, m.syncs, m.syncWait,
+	m.reg.MustRegister(m.cycleDur, m.phaseCPU, m.phaseGPU, m.phaseGPUActive, m.phaseGPUHostGap, m.cycles, m.launches, m.kernels, m.syncs, m.syncWait,
 		m.colls, m.collBytes, m.samples, m.overflow, &reportCollector{m: m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "specprof"}))
 	return m
@@ -174,6 +176,7 @@ func (m *Metrics) ObserveCycle(c *agent.CycleTrace) {
 		if c.GPU {
 			m.phaseGPU.WithLabelValues(pl...).Observe(float64(st.GPUBusyNs) / 1e9)
 			m.phaseGPUActive.WithLabelValues(pl...).Observe(float64(st.GPUActiveNs) / 1e9)
+			m.phaseGPUHostGap.WithLabelValues(pl...).Add(float64(st.GPUHostGapNs) / 1e9)
 		}
 		m.launches.WithLabelValues(pl...).Add(float64(st.Launches))
 		m.kernels.WithLabelValues(pl...).Add(float64(st.GPUKernels))

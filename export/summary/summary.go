@@ -42,7 +42,7 @@ func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs, gpuCy
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := "phase\tlaunches/cyc\tgraph/cyc\tcpu span ms\t% cycle\tsync wait ms\tsyncs/cyc\tcoll/cyc\tcoll MB/cyc\t"
 	if gpu {
-		hdr += "gpu busy ms\tgpu active ms\tgpu % cycle\tkernels/cyc\tcoll % gpu\t"
+		hdr += "gpu busy ms\tgpu active ms\thost gap ms\tgpu % cycle\tkernels/cyc\tcoll % gpu\t"
 		if graphs { // graph-level tracing: replays counted whole, their kernels not
 			hdr += "gpu graphs/cyc\t"
 		}
@@ -73,9 +73,10 @@ func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs, gpuCy
 			busy := float64(p.GPUBusyNs) / gc
 			// Active: busy plus the GPU's hand-over gaps between queued
 			// work (agent.PhaseStats.GPUActiveNs), what CUDA events around
-			// a GPU-bound phase measure.
-			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t", ms(busy), ms(float64(p.GPUActiveNs)/gc), 100*busy/max(cycleNs/cycles, 1),
-				float64(p.GPUKernels)/gc, share)
+			// a GPU-bound phase measure. Host gap: the GPU idle before the
+			// phase's work, waiting for the host (agent.PhaseStats.GPUHostGapNs).
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t", ms(busy), ms(float64(p.GPUActiveNs)/gc), ms(float64(p.GPUHostGapNs)/gc),
+				100*busy/max(cycleNs/cycles, 1), float64(p.GPUKernels)/gc, share)
 			if graphs {
 				fmt.Fprintf(tw, "%.1f\t", float64(p.GPUGraphs)/gc)
 			}
