@@ -14,6 +14,8 @@
 #   hostgap    (issue 4) the accuracy runs again with the host gaps (session 7): events around a
 #              phase that starts on an idle GPU or ends in a host sync count host time; does
 #              elapsed + the host gaps add up to the events (same run, and separate runs)?
+#   eagerv4    (issue 6) the one cell without an H200 number: (f) v4 wall timers on the eager loop,
+#              against (a) none, 2 reps (about 2 minutes).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -64,12 +66,15 @@ hostgap)
     --eagle-args '--hidden 8192 --ffn 28672' --reps 2 --budget-s 230 --run-timeout-s 90
   suite hostgapgraph --workloads eagle-graph --methods fullev,cudaev --reps 1 --budget-s 80 --run-timeout-s 60
   ;;
+eagerv4)
+  suite eagerv4 --workloads eagle-eager --methods none,v4,cudaev --reps 2 --budget-s 150 --run-timeout-s 60
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|guard" >&2
   exit 2
   ;;
 esac
