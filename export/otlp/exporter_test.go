@@ -240,6 +240,7 @@ func TestSpanTree(t *testing.T) {
 			wantAttr(t, ps, "specprof.gpu.busy_ns", p.Stats.GPUBusyNs)
 			wantAttr(t, ps, "specprof.gpu.active_ns", p.Stats.GPUActiveNs)
 			wantAttr(t, ps, "specprof.gpu.elapsed_ns", p.Stats.GPUElapsedNs)
+			wantAttr(t, ps, "specprof.gpu.host_gap_ns", p.Stats.GPUHostGapNs)
 			wantAttr(t, ps, "specprof.gpu.kernels", p.Stats.GPUKernels)
 			wantAttr(t, ps, "specprof.sync.wait_ns", p.Stats.SyncWaitNs)
 			wantAttr(t, ps, "specprof.launches", p.Stats.Launches)

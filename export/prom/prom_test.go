@@ -76,13 +76,14 @@ func lossReport() *agent.Report {
 func TestCycleMetrics(t *testing.T) {
 	m := New(Options{})
 	const n = 4
-	var busy, active, kernels, wait float64
+	var busy, active, gap, kernels, wait float64
 	for i := 1; i <= n; i++ {
 		c := exporttest.Cycle(4242, 4242, i, uint64(i)*2_000_000)
 		for _, ph := range c.Phases {
 			if ph.Phase == "spec.verify" {
 				busy += float64(ph.Stats.GPUBusyNs) / 1e9
 				active += float64(ph.Stats.GPUActiveNs) / 1e9
+				gap += float64(ph.Stats.GPUHostGapNs) / 1e9
 				kernels += float64(ph.Stats.GPUKernels)
 			}
 			if ph.Phase == "spec.accept" {
@@ -104,6 +105,9 @@ func TestCycleMetrics(t *testing.T) {
 	g := series(t, fams, "specprof_phase_gpu_busy_seconds", verify).GetHistogram()
 	if g.GetSampleCount() != n || !near(g.GetSampleSum(), busy) || busy == 0 {
 		t.Errorf("verify GPU busy: %d observations, %g s, want %g s", g.GetSampleCount(), g.GetSampleSum(), busy)
+	}
+	if v := series(t, fams, "specprof_phase_gpu_host_gap_seconds_total", verify).GetCounter().GetValue(); !near(v, gap) || gap == 0 {
+		t.Errorf("verify host gap: %g s, want %g s", v, gap)
 	}
 	ga := series(t, fams, "specprof_phase_gpu_active_seconds", verify).GetHistogram()
 	if ga.GetSampleCount() != n || !near(ga.GetSampleSum(), active) || active <= busy {

@@ -114,6 +114,7 @@ func stats(ph *agent.PhaseTrace) *agent.PhaseStats {
 		// distinct stand-in values, so that exporters are seen to copy them.
 		st.GPUActiveNs = st.GPUBusyNs + 7
 		st.GPUElapsedNs = st.GPUSpanNs + 11
+		st.GPUHostGapNs = 13
 	}
 	for _, sy := range ph.Syncs {
 		st.Syncs++
