@@ -270,11 +270,7 @@ func (s *session) startCUPTI() ([]string, error) {
 			s.log.Error("CUPTI receiver", "err", err)
 		}
 	}()
-	// The target is ours and its whole run is wanted: at its exit the
-	// library may take up to 2 s (not the 200 ms a server gets) to hand its
-	// last records to an agent that is busy; it waits only while records
-	// remain. finish waits for them.
-	env := []string{"CUDA_INJECTION64_PATH=" + lib, "SPECPROF_SOCKET=" + sock, fmt.Sprintf("SPECPROF_CUPTI_EXIT_MS=%d", runExitBudget.Milliseconds())}
+	env := []string{"CUDA_INJECTION64_PATH=" + lib, "SPECPROF_SOCKET=" + sock}
 	if s.flags.duty != "" {
 		on, period, err := parseDuty(s.flags.duty)
 		if err != nil {
@@ -295,16 +291,11 @@ func (s *session) startCUPTI() ([]string, error) {
 }
 
 // finish writes the final report to the terminal and the output directory.
-// runExitBudget is how long the library of a target started by `specprof
-// run` may spend at the target's exit delivering its last records.
-const runExitBudget = 2 * time.Second
-
 func (s *session) finish() error {
 	if s.rcv != nil {
-		// The library flushes at the target's exit (within runExitBudget);
-		// give late connections (other processes of the tree) a moment, then
-		// stop.
-		ctx, cancel := context.WithTimeout(context.Background(), runExitBudget+time.Second)
+		// The library flushes at the target's exit; give late connections
+		// (other processes of the tree) a moment, then stop.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = s.rcv.FlushWait(ctx)
 		cancel()
 		_ = s.rcv.Close()

@@ -50,8 +50,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 #define DEFAULT_SOCKET "/run/specprof/cupti.sock"
-/* atexit: by default at most 200 ms for the sender to deliver to a connected agent (none: no wait) */
-#define EXIT_BUDGET_MS 200
+#define EXIT_BUDGET_NS 200000000ull /* atexit: at most 200 ms for the sender to deliver */
 #define MAX_BUFS_LIMIT 256
 #define STATS_PERIOD_NS 1000000000ull
 #define CONGESTION_WAIT_MS 5
@@ -92,7 +91,6 @@ static struct {
     uint64_t duty_on_ns, duty_period_ns;
     int detach;           /* SPECPROF_CUPTI_DETACH=1: finalize CUPTI once nothing more is traced */
     uint32_t max_windows; /* SPECPROF_CUPTI_WINDOWS=N: at most N duty windows; 0: no limit */
-    uint64_t exit_ns;     /* SPECPROF_CUPTI_EXIT_MS: at exit, how long the sender may deliver */
 } cfg;
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -169,7 +167,6 @@ static void read_config(void) {
     cfg.all_api = getenv("SPECPROF_CUPTI_API") && !strcmp(getenv("SPECPROF_CUPTI_API"), "all");
     cfg.detach = env_u64("SPECPROF_CUPTI_DETACH", 0, 0, 1) != 0;
     cfg.max_windows = (uint32_t)env_u64("SPECPROF_CUPTI_WINDOWS", 0, 0, 1u << 30);
-    cfg.exit_ns = env_u64("SPECPROF_CUPTI_EXIT_MS", EXIT_BUDGET_MS, 10, 10000) * 1000000ull;
     const char *duty = getenv("SPECPROF_CUPTI_DUTY");
     if (duty && *duty) {
         unsigned long long on = 0, period = 0;
@@ -1376,16 +1373,14 @@ static void at_exit(void) {
     for (int i = 0; i < 1000 && atomic_load(&g_cs) == CS_FINALIZING; i++) nanosleep(&step, NULL);
     if (atomic_load(&g_collecting) && atomic_load(&g_cs) == CS_ATTACHED) (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
     pthread_mutex_lock(&exit_mu);
-    g_exit_deadline = mono_ns() + cfg.exit_ns;
+    g_exit_deadline = mono_ns() + EXIT_BUDGET_NS;
     atomic_store(&g_exit_req, 1);
     uint64_t one = 1;
     ssize_t w = write(g_efd, &one, sizeof one);
     (void)w;
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);
-    uint64_t wait = cfg.exit_ns + 20000000ull; /* the sender's budget plus a margin */
-    dl.tv_sec += (time_t)(wait / 1000000000ull);
-    dl.tv_nsec += (long)(wait % 1000000000ull);
+    dl.tv_nsec += (long)(EXIT_BUDGET_NS + 20000000ull); /* the sender's budget plus a margin */
     dl.tv_sec += dl.tv_nsec / 1000000000L;
     dl.tv_nsec %= 1000000000L;
     while (!g_exit_done)
