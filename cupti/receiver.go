@@ -244,22 +244,26 @@ func (r *Receiver) Flush() int {
 }
 
 // FlushWait asks every open connection to flush and waits until each has acknowledged (its
-// STATS with FlagFlushAck has been handed to the Handler) or closed, or ctx ends.
+// STATS with FlagFlushAck has been handed to the Handler) or closed, or ctx ends. A connection
+// that cannot take the request, because its process has exited, is waited for until it has been
+// read to its end: its last records are still in the socket, and Close would lose them.
 func (r *Receiver) FlushWait(ctx context.Context) error {
 	conns := r.openConns()
-	var asked []*Conn
-	for _, c := range conns {
+	acked := make([]bool, len(conns))
+	for i, c := range conns {
 		select { // forget an acknowledgement of an earlier flush
 		case <-c.acks:
 		default:
 		}
-		if c.Flush() == nil {
-			asked = append(asked, c)
-		}
+		acked[i] = c.Flush() == nil
 	}
-	for _, c := range asked {
+	for i, c := range conns {
+		var acks chan struct{} // nil: wait for the end of the connection only
+		if acked[i] {
+			acks = c.acks
+		}
 		select {
-		case <-c.acks:
+		case <-acks:
 		case <-c.closed:
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for connection %d to flush: %w", c.id, ctx.Err())

@@ -172,3 +172,44 @@ func TestReceiverDropsBrokenStream(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// slowHandler is a countHandler that takes its time over every batch, like an agent busy
+// elsewhere when a target exits.
+type slowHandler struct{ countHandler }
+
+func (h *slowHandler) Records(c *Conn, b *Batch) {
+	time.Sleep(30 * time.Millisecond)
+	h.countHandler.Records(c, b)
+}
+
+// TestFlushWaitReadsExitedLibrary: a library that wrote its last records and exited (so it
+// cannot take a flush request) is read to its end by FlushWait before Close, even when the
+// handler is slow and most of those records are still in the socket.
+func TestFlushWaitReadsExitedLibrary(t *testing.T) {
+	h := &slowHandler{countHandler{opened: map[uint32]bool{}, kernels: map[uint32]int{}, names: map[string]bool{}}}
+	r, path := startReceiver(t, h)
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const kernels = 20000 // 1.9 MB: eight reads or more, 30 ms each
+	b := append(encHello(300), encName(1, "k1")...)
+	for i := 0; i < kernels; i++ {
+		b = append(b, encRecord(TypeKernel, 0, &Kernel{Start: uint64(i), End: uint64(i + 1), NameID: 1}, nil)...)
+	}
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // the process exited: its last records wait in the socket
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.FlushWait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.kernels[300] != kernels {
+		t.Errorf("the handler saw %d of the %d kernels the exited library sent", h.kernels[300], kernels)
+	}
+}

@@ -293,9 +293,10 @@ func (s *session) startCUPTI() ([]string, error) {
 // finish writes the final report to the terminal and the output directory.
 func (s *session) finish() error {
 	if s.rcv != nil {
-		// The library flushes at the target's exit; give late connections
+		// The library flushes at the target's exit: read every connection
+		// to its end (a busy agent may still be behind), give late ones
 		// (other processes of the tree) a moment, then stop.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_ = s.rcv.FlushWait(ctx)
 		cancel()
 		_ = s.rcv.Close()
