@@ -1017,23 +1017,18 @@ static void finalize_here(void) {
     if (atomic_load(&g_graphs)) { /* a graph was built after the request: refuse (see g_graphs) */
         atomic_store(&g_detach_refused, 1);
         atomic_store(&g_cs, CS_ATTACHED);
-        if (g_efd >= 0) {
-            uint64_t one = 1;
-            ssize_t w = write(g_efd, &one, sizeof one);
-            (void)w;
-        }
-        return;
-    }
-    uint64_t t0 = mono_ns();
-    spc_result r = C.Finalize();
-    uint64_t d = mono_ns() - t0;
-    if (r != SPC_SUCCESS) {
-        LOG_ONCE(L_DETACH, "cuptiFinalize: %s; CUPTI stays attached", result_str(r));
-        atomic_store(&g_cs, CS_ATTACHED);
     } else {
-        atomic_store(&g_detach_stall_ns, d);
-        atomic_store(&g_detaches, 1);
-        atomic_store(&g_cs, CS_DETACHED);
+        uint64_t t0 = mono_ns();
+        spc_result r = C.Finalize();
+        uint64_t d = mono_ns() - t0;
+        if (r != SPC_SUCCESS) {
+            LOG_ONCE(L_DETACH, "cuptiFinalize: %s; CUPTI stays attached", result_str(r));
+            atomic_store(&g_cs, CS_ATTACHED);
+        } else {
+            atomic_store(&g_detach_stall_ns, d);
+            atomic_store(&g_detaches, 1);
+            atomic_store(&g_cs, CS_DETACHED);
+        }
     }
     if (g_efd >= 0) { /* the sender sees it at once (it may be polling for it) */
         uint64_t one = 1;
