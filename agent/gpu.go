@@ -36,6 +36,13 @@ type GPUStats struct {
 	// CUDA graphs under CUPTI, whose launches fail after a detach: CUPTI
 	// stayed attached, with nothing enabled.
 	DetachRefused uint64 `json:"lib_cupti_detach_refused,omitempty"`
+	// GPUSwitches counts the switches of CUPTI's GPU activity kinds (on at
+	// a connection or a window, off after it), each made by an application
+	// thread in a CUDA call's exit callback, and the time those threads
+	// spent in them: in all and the longest.
+	GPUSwitches    uint64 `json:"lib_gpu_switches,omitempty"`
+	GPUSwitchNs    uint64 `json:"lib_gpu_switch_ns,omitempty"`
+	GPUSwitchMaxNs uint64 `json:"lib_gpu_switch_max_ns,omitempty"`
 }
 
 // RecordsPerSecond is the delivery rate over the span of the GPU records.
@@ -164,6 +171,7 @@ func (h *GPUHandler) Records(c *cupti.Conn, b *cupti.Batch) {
 		s.DroppedBackpressure = st.DroppedBackpressure
 		s.DroppedDisconnect = st.DroppedDisconnect
 		s.Detaches, s.DetachStallNs, s.DetachRefused = st.Detaches, st.DetachStallNs, st.DetachRefused
+		s.GPUSwitches, s.GPUSwitchNs, s.GPUSwitchMaxNs = st.GpuSwitches, st.GpuSwitchNs, st.GpuSwitchMaxNs
 	}
 }
 

@@ -282,16 +282,28 @@ func TestLateAgentAfterDetach(t *testing.T) {
 }
 
 // TestLateAgent starts the workload with nobody listening; the agent appears later: the
-// library connects within its retry period, sends the graph nodes captured before, and every
-// kernel submitted after the connection arrives.
+// library connects within its retry period and sends the graph nodes captured before. The
+// process has CUDA graphs, so collection begins when an application thread next leaves a CUDA
+// call (GPU kinds are never switched while a graph launch may be in progress): from the end of
+// the first API record on, every kernel arrives, and exactly one switch was made.
 func TestLateAgent(t *testing.T) {
 	dir := t.TempDir()
 	sock, truth := filepath.Join(dir, "run", "cupti.sock"), filepath.Join(dir, "truth.jsonl")
 	d := runLateAgent(t, sock, injectEnv(t, sock, "SPECPROF_SIM_TRUTH="+truth, "SPECPROF_CUPTI_RETRY_MS=100"))
-	if len(d.kernels) == 0 {
-		t.Fatal("no kernel records after the agent appeared")
+	if len(d.kernels) == 0 || len(d.apis) == 0 {
+		t.Fatalf("%d kernel and %d API records after the agent appeared", len(d.kernels), len(d.apis))
 	}
-	checkTruth(t, readTruth(t, truth), d, 0, d.info.ConnectTime)
+	since := d.apis[0].End
+	for _, a := range d.apis {
+		since = min(since, a.End)
+	}
+	if since < d.info.ConnectTime {
+		t.Errorf("an API record ending at %d, before the connection at %d", since, d.info.ConnectTime)
+	}
+	if d.lib.GpuSwitches != 1 || d.lib.GpuSwitchNs == 0 {
+		t.Errorf("library counters %+v: want the one switch that began collection, with its time", d.lib)
+	}
+	checkTruth(t, readTruth(t, truth), d, 0, since)
 }
 
 // TestBusyCUPTI: another CUPTI subscriber exists; the library says so once and steps aside.

@@ -230,6 +230,11 @@ struct spw_stats {
     uint64_t detachStallNs;     /* its time: what the application thread that ran it waited */
     uint64_t detachRefused;     /* 1: a detach was due, but the process had built CUDA graphs under
                                    CUPTI, whose launches fail after cuptiFinalize: CUPTI stays attached */
+    /* The GPU activity kinds are switched on by application threads, in a driver call's exit callback
+     * (never from the sender while a graph launch may be in progress): */
+    uint64_t gpuSwitches;       /* switches applied (on or off; per window, connection, disconnection) */
+    uint64_t gpuSwitchNs;       /* the application threads' time in them, in all */
+    uint64_t gpuSwitchMaxNs;    /* and the longest one */
 };
 
 #endif /* SPECPROF_CUPTI_WIRE_H */

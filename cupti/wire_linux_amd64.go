@@ -149,6 +149,9 @@ type LibStats struct {
 	Detaches            uint64
 	DetachStallNs       uint64
 	DetachRefused       uint64
+	GpuSwitches         uint64
+	GpuSwitchNs         uint64
+	GpuSwitchMaxNs      uint64
 }
 
 // Window is a window of GPU activity tracing (duty-cycled tracing): GPU records exist only for
@@ -237,7 +240,7 @@ const (
 	SizeofGraphNode = 0x30
 	SizeofName      = 0x8
 	SizeofOverhead  = 0x28
-	SizeofStats     = 0x78
+	SizeofStats     = 0x90
 	SizeofWindow    = 0x10
 	SizeofGraphExec = 0x28
 )

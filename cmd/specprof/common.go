@@ -127,6 +127,11 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 	if f.graphs != "node" && f.graphs != "graph" {
 		return nil, fmt.Errorf("--cupti-graphs %q: want 'node' (every kernel of a graph replay) or 'graph' (one record per replay)", f.graphs)
 	}
+	if f.graphs == "graph" && f.duty != "" {
+		// Switching CUPTI's graph-level tracing on and off crashed the next CUDA graph launch on the
+		// H200 (3 of 3 runs), even with the switch made on the launching thread.
+		return nil, fmt.Errorf("--cupti-graphs graph with --cupti-duty: not supported, switching graph-level tracing on and off crashes CUDA graph launches (docs/benchmarks/h200.md §12); use one or the other")
+	}
 	if f.interval < 0 {
 		return nil, fmt.Errorf("--interval %d: must be 0 or more", f.interval)
 	}

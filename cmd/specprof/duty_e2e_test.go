@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -208,6 +209,7 @@ type dutyMockStats struct {
 	FinalizeOutside       int `json:"finalize_outside_exit_callback"`
 	CallsWhileDetached    int `json:"calls_while_detached"`
 	FinalizeWithGraphs    int `json:"finalize_with_graphs"`
+	SwitchInGraphLaunch   int `json:"gpu_switch_in_graph_launch"`
 	Warnings              []string
 }
 
@@ -269,5 +271,95 @@ func TestCUPTIDetachGraphs(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestCUPTIDutyGraphSwitch: CUPTI's GPU activity kinds are never switched
+// while another thread is inside a CUDA graph launch. On the H200 that
+// crashed the graph loop (7 of 8 runs with 2ms/10ms windows); the library
+// now hands each switch to the next application thread leaving a driver
+// call. Short windows on the graph workload (one launching thread, as the
+// H200 loop); the mock CUPTI counts switches made while a launch is in
+// progress on another thread.
+func TestCUPTIDutyGraphSwitch(t *testing.T) {
+	for _, level := range []string{"node"} {
+		t.Run(level, func(t *testing.T) {
+			injLib, mockCupti, std, bin, root := standins(t)
+			dir := t.TempDir()
+			const cycles = 600
+			cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+				"--cupti-duty", "8ms/16ms", "--cupti-graphs", level, "--",
+				"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", fmt.Sprint(cycles),
+				"--mode", "graph")
+			mockStats := filepath.Join(dir, "mock.json")
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti, "SPECPROF_MOCK_CUPTI_STATS="+mockStats)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("specprof run: %v\n%s", err, out)
+			}
+			rep := readReport(t, dir)
+			p := rep.Processes[0]
+			m := readDutyMockStats(t, mockStats)
+			g := p.GPU
+			if g == nil || p.Duty == nil {
+				t.Fatalf("report: GPU %+v, duty %+v", g, p.Duty)
+			}
+			t.Logf("%d windows, %d GPU switches (%d ns in all, at most %d ns); mock: %d switches during another thread's graph launch",
+				p.Duty.Windows, g.GPUSwitches, g.GPUSwitchNs, g.GPUSwitchMaxNs, m.SwitchInGraphLaunch)
+			if m.SwitchInGraphLaunch != 0 {
+				t.Errorf("mock CUPTI: %d GPU kind switches while another thread was inside a graph launch", m.SwitchInGraphLaunch)
+			}
+			if p.Duty.Windows < 20 || g.GPUSwitches < 2*uint64(p.Duty.Windows)-1 || g.GPUSwitchNs == 0 || g.GPUSwitchMaxNs > g.GPUSwitchNs {
+				t.Errorf("%d windows, %d switches (%d ns, max %d ns): want many windows, each switched on and off by application threads",
+					p.Duty.Windows, g.GPUSwitches, g.GPUSwitchNs, g.GPUSwitchMaxNs)
+			}
+			if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 {
+				t.Errorf("losses with duty-cycled tracing: %+v", l)
+			}
+			var main *agent.ThreadReport
+			for _, th := range p.Threads {
+				if th.TID == p.PID {
+					main = th
+				}
+			}
+			if main == nil || main.Cycles != cycles || main.Untraced == 0 || main.Untraced >= cycles {
+				t.Errorf("main thread %+v: want %d cycles, some outside the windows", main, cycles)
+			}
+			if !strings.Contains(string(out), "CUPTI's GPU tracing switched") {
+				t.Errorf("the summary does not state the switches:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestCUPTIDutyGraphLevelRefused: windows over graph-level tracing are
+// refused (switching CUPTI's GRAPH_TRACE crashed every H200 graph-loop run
+// that did it), by the command line and by the library when asked through
+// its environment: it then traces all the time and says why.
+func TestCUPTIDutyGraphLevelRefused(t *testing.T) {
+	injLib, mockCupti, std, bin, root := standins(t)
+	dir := t.TempDir()
+	wl := []string{"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", "40", "--mode", "graph"}
+	out, err := exec.Command(bin, append([]string{"run", "-q", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+		"--cupti-duty", "8ms/16ms", "--cupti-graphs", "graph", "--"}, wl...)...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--cupti-graphs graph with --cupti-duty: not supported") {
+		t.Errorf("specprof run with both: err %v, want a refusal naming the flags:\n%s", err, out)
+	}
+	cmd := exec.Command(bin, append([]string{"run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+		"--cupti-graphs", "graph", "--"}, wl...)...)
+	mockStats := filepath.Join(dir, "mock.json")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti, "SPECPROF_MOCK_CUPTI_STATS="+mockStats,
+		"SPECPROF_CUPTI_DUTY=8/16")
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("specprof run: %v\n%s", err, out)
+	}
+	rep := readReport(t, dir)
+	p := rep.Processes[0]
+	if p.Duty != nil || p.GPU == nil || p.GPU.GraphKernel == 0 && p.GPU.Kernels == 0 {
+		t.Errorf("duty %+v, GPU %+v: want no windows and GPU records all the time", p.Duty, p.GPU)
+	}
+	if !strings.Contains(string(out), "with graph-level tracing: switching it crashes CUDA graph launches") {
+		t.Errorf("the library does not say why it ignored the windows:\n%s", out)
 	}
 }

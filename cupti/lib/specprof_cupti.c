@@ -91,6 +91,13 @@ static struct {
     uint64_t duty_on_ns, duty_period_ns;
     int detach;           /* SPECPROF_CUPTI_DETACH=1: finalize CUPTI once nothing more is traced */
     uint32_t max_windows; /* SPECPROF_CUPTI_WINDOWS=N: at most N duty windows; 0: no limit */
+    /* Cost experiments (bench/gpu/launchcost_h200.sh): SPECPROF_CUPTI_LAUNCH_CALLBACKS=0 leaves the
+     * launch callbacks off (graph nodes are then tied to their launch by time only);
+     * SPECPROF_CUPTI_CLOCK=offset converts timestamps with a measured offset instead of CUPTI
+     * calling back for each one. */
+    int no_launch_cb;
+    int clock_offset;
+    uint32_t duty_mask; /* SPECPROF_CUPTI_DUTY_KINDS: the kinds windows switch (default all of K_WINDOWED) */
 } cfg;
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -167,7 +174,18 @@ static void read_config(void) {
     cfg.all_api = getenv("SPECPROF_CUPTI_API") && !strcmp(getenv("SPECPROF_CUPTI_API"), "all");
     cfg.detach = env_u64("SPECPROF_CUPTI_DETACH", 0, 0, 1) != 0;
     cfg.max_windows = (uint32_t)env_u64("SPECPROF_CUPTI_WINDOWS", 0, 0, 1u << 30);
+    cfg.duty_mask = getenv("SPECPROF_CUPTI_DUTY_KINDS") ? parse_kinds(getenv("SPECPROF_CUPTI_DUTY_KINDS")) : K_ALL | K_GRAPH;
+    cfg.no_launch_cb = env_u64("SPECPROF_CUPTI_LAUNCH_CALLBACKS", 1, 0, 1) == 0;
+    cfg.clock_offset = getenv("SPECPROF_CUPTI_CLOCK") && !strcmp(getenv("SPECPROF_CUPTI_CLOCK"), "offset");
     const char *duty = getenv("SPECPROF_CUPTI_DUTY");
+    if (duty && *duty && (cfg.kinds & K_GRAPH)) {
+        /* On the H200 every graph-loop run whose graph-level tracing was switched by windows crashed
+         * in a graph launch (3 of 3, the switch made on the launching thread): never switch it. */
+        logmsg("SPECPROF_CUPTI_DUTY=%s with graph-level tracing: switching it crashes CUDA graph launches; "
+               "tracing GPU activity all the time",
+               duty);
+        duty = NULL;
+    }
     if (duty && *duty) {
         unsigned long long on = 0, period = 0;
         if (sscanf(duty, "%llu/%llu", &on, &period) == 2 && on > 0 && period >= on && period <= 3600000)
@@ -313,7 +331,8 @@ static __thread uint32_t t_corr, t_cbid;
 /* Beyond the highest cbid of any CUPTI so far (13.0: under 800 driver, under 500 runtime); CUPTI
  * refuses the ids it does not know, which costs nothing. */
 #define SPC_MAX_CBID 1024
-static uint8_t g_tracked[SPC_MAX_CBID]; /* tracked_cbids as a set (written before callbacks are on) */
+static uint8_t g_tracked[SPC_MAX_CBID]; /* tracked_cbids as a set (written once, in init) */
+static uint8_t g_counted[SPC_MAX_CBID]; /* the calls counted in flight: tracked and kept driver calls */
 
 /* Tracked driver calls in progress (duty-cycled tracing): a window closes only once the calls that
  * may have made GPU records have returned and so have their API records. A generation bumped at each
@@ -325,6 +344,22 @@ static atomic_int g_count_inflight; /* duty-cycled only: no shared counter on ot
 static __thread unsigned t_inflight_gen; /* generation + 1 of this thread's call in progress, 0: none */
 
 static void finalize_here(void);
+
+/* Switching the GPU activity kinds (kernels, copies, sets, graph-level records) on an application
+ * thread. On the H200, enabling or disabling them while another thread was inside a CUDA graph
+ * launch crashed the process there (SIGSEGV or SIGABRT in 7 of 8 graph-loop runs with 2 ms windows
+ * every 10 ms, 4 of 4 with graph-level tracing; 0 of 4 with only the API kinds switched). So the
+ * sender never switches them: it posts the switch and turns the callbacks of the work-making driver
+ * calls on, and the next application thread that leaves one applies it in that exit callback, when
+ * it is in no launch. A process that launches from several threads keeps a smaller risk: another thread can
+ * still be inside a launch then. */
+enum { GS_IDLE, GS_WANT_ON, GS_WANT_OFF, GS_APPLYING };
+static atomic_int g_gs = GS_IDLE;
+static uint32_t g_gs_kinds;       /* the record-type bits a switch applies to (set before posting) */
+static atomic_int g_gpu_on;       /* those kinds are enabled, as last applied */
+static _Atomic uint64_t g_gs_at;  /* the last switch: after enabling, or before disabling */
+static atomic_ullong g_gs_count, g_gs_ns, g_gs_max_ns; /* switches applied, application threads' time */
+static void gpu_switch_here(int on);
 
 static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *data) {
     (void)ud;
@@ -341,7 +376,13 @@ static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *da
     if (domain == SPC_DOMAIN_RUNTIME_API) return; /* enabled only to detach */
     if (domain == SPC_DOMAIN_DRIVER_API) {
         const struct spc_callback_data *cd = data;
-        int count = atomic_load_explicit(&g_count_inflight, memory_order_relaxed);
+        if (cd->callbackSite == SPC_API_EXIT) {
+            int gs = atomic_load(&g_gs);
+            if ((gs == GS_WANT_ON || gs == GS_WANT_OFF) && atomic_load(&g_cs) == CS_ATTACHED &&
+                atomic_compare_exchange_strong(&g_gs, &gs, GS_APPLYING))
+                gpu_switch_here(gs == GS_WANT_ON);
+        }
+        int count = cbid < SPC_MAX_CBID && g_counted[cbid] && atomic_load_explicit(&g_count_inflight, memory_order_relaxed);
         unsigned gen = count ? atomic_load_explicit(&g_inflight_gen, memory_order_relaxed) : 0;
         int tracked = cbid < SPC_MAX_CBID && g_tracked[cbid];
         if (cd->callbackSite == SPC_API_ENTER) {
@@ -479,8 +520,9 @@ static uint32_t g_enabled_types; /* record-type bits actually enabled (sender/in
 #define K_GPU (K_KERNEL | K_MEMCPY | K_MEMSET | K_GRAPH)
 #define K_WINDOWED (K_GPU | K_API | K_SYNC)
 static uint32_t g_duty_types;
-static int g_window_open;
-static uint64_t g_window_start, g_next_toggle;
+enum { W_CLOSED, W_OPENING, W_OPEN, W_CLOSING }; /* OPENING, CLOSING: the GPU kinds' switch is posted */
+static int g_wstate;
+static uint64_t g_window_start, g_window_end, g_next_toggle;
 
 static const char *result_str(spc_result r) {
     const char *s = NULL;
@@ -518,32 +560,139 @@ static void filter_api_records(void) {
 /* The launch and capture calls (the creating call of graph nodes); with duty-cycled tracing also
  * every call whose API record is kept (api_filter.h), to know which are in progress when a window
  * closes. */
+static int g_cb_on; /* the launch callbacks are on (sender) */
 static void set_driver_callbacks(uint32_t on) {
-    for (size_t i = 0; i < sizeof tracked_cbids / sizeof tracked_cbids[0]; i++) {
-        g_tracked[tracked_cbids[i]] = 1;
+    g_cb_on = (int)on;
+    if (cfg.no_launch_cb && !(g_duty_types & K_API)) return;
+    for (size_t i = 0; i < sizeof tracked_cbids / sizeof tracked_cbids[0]; i++)
         (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, tracked_cbids[i]);
-    }
     if (g_duty_types & K_API)
         for (size_t i = 0; i < sizeof kept_driver_cbids / sizeof kept_driver_cbids[0]; i++)
             if (!g_tracked[kept_driver_cbids[i]])
                 (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, kept_driver_cbids[i]);
 }
 
+static void apply_kinds(uint32_t bits, int on) {
+    for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
+        if (!(bits & kind_map[i].type_bit)) continue;
+        spc_result r = on ? C.ActivityEnable(kind_map[i].kind) : C.ActivityDisable(kind_map[i].kind);
+        if (r != SPC_SUCCESS && on)
+            LOG_ONCE(L_ENABLE, "cuptiActivityEnable(%s): %s; that kind is not collected", kind_map[i].name,
+                     result_str(r));
+    }
+}
+
+/* On an application thread, in its driver API exit callback (see g_gs). */
+static void gpu_switch_here(int on) {
+    uint64_t t0 = mono_ns();
+    if (!on) atomic_store(&g_gs_at, t0);
+    apply_kinds(g_gs_kinds, on);
+    uint64_t t1 = mono_ns(), d = t1 - t0;
+    if (on) atomic_store(&g_gs_at, t1);
+    atomic_store(&g_gpu_on, on);
+    atomic_fetch_add(&g_gs_count, 1);
+    atomic_fetch_add(&g_gs_ns, d);
+    unsigned long long m = atomic_load(&g_gs_max_ns);
+    while (d > m && !atomic_compare_exchange_weak(&g_gs_max_ns, &m, d)) {
+    }
+    atomic_store(&g_gs, GS_IDLE);
+    if (g_efd >= 0) { /* the sender waits for it */
+        uint64_t one = 1;
+        ssize_t w = write(g_efd, &one, sizeof one);
+        (void)w;
+    }
+}
+
+static int g_gs_cb; /* sender: the callbacks of every call in g_counted are on for a posted switch */
+
+/* The calls whose exit applies a posted switch: the launch and capture calls and every driver call
+ * whose API record is kept (api_filter.h), which an application doing GPU work makes all the time.
+ * Only per-call callbacks, never cuptiEnableDomain: a whole domain's callbacks cost every call. */
+static void set_switch_callbacks(uint32_t on) {
+    for (uint32_t c = 1; c < SPC_MAX_CBID; c++) {
+        if (!g_counted[c]) continue;
+        /* Leaving a switch: keep the callbacks that collection itself has on (set_driver_callbacks). */
+        if (!on && g_cb_on && !cfg.no_launch_cb && (g_tracked[c] || (g_duty_types & K_API))) continue;
+        (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, c);
+    }
+}
+
+/* Whether the GPU kinds are as last posted (sender); then the callbacks go back to what collection
+ * needs. */
+static int gpu_switch_done(void) {
+    if (atomic_load(&g_gs) != GS_IDLE) return 0;
+    if (g_gs_cb) {
+        g_gs_cb = 0;
+        set_switch_callbacks(0);
+        /* Re-assert which calls get API records: after a switch on the H200 (made with the whole
+         * driver domain's callbacks, since replaced by these per-call ones) about 4,600 launches per
+         * run lost their API record; the per-call record settings are the suspect. */
+        if (g_collecting) filter_api_records();
+    }
+    return 1;
+}
+
+/* Posts a switch of the GPU kinds `bits` (sender); cancels a pending switch the other way instead
+ * when that leaves them as wanted. 1: done, 0: an application thread has yet to apply it. */
+static int gpu_switch_post(int on, uint32_t bits) {
+    struct timespec step = {0, 20000};
+    for (int i = 0; i < 1000 && atomic_load(&g_gs) == GS_APPLYING; i++) nanosleep(&step, NULL);
+    int other = on ? GS_WANT_OFF : GS_WANT_ON;
+    (void)atomic_compare_exchange_strong(&g_gs, &other, GS_IDLE);
+    if (atomic_load(&g_gs) == GS_IDLE && atomic_load(&g_gpu_on) == on) {
+        atomic_store(&g_gs_at, mono_ns());
+        return gpu_switch_done();
+    }
+    if (atomic_load(&g_gs) == GS_IDLE) {
+        if (!bits) { /* nothing to switch */
+            g_gs_kinds = bits;
+            gpu_switch_here(on);
+            return gpu_switch_done();
+        }
+        g_gs_kinds = bits;
+        atomic_store(&g_gs, on ? GS_WANT_ON : GS_WANT_OFF);
+    }
+    if (!g_gs_cb) {
+        set_switch_callbacks(1);
+        g_gs_cb = 1;
+    }
+    return gpu_switch_done();
+}
+
 static int ensure_attached(void);
 
-static void enable_collection(void) {
+/* app_thread: called on an application thread (cuInit's injection), which may switch the GPU kinds
+ * itself. */
+static void enable_collection(int app_thread) {
     g_enabled_types = 0;
     g_duty_types = 0;
-    g_window_open = 0;
+    g_wstate = W_CLOSED;
     if (ensure_attached() < 0) return; /* detached for good: nothing is enabled or granted */
     atomic_store(&g_collecting, 1);
     /* With a final detach every kind follows the windows: nothing records after the last flush. */
-    g_duty_types = cfg.duty_period_ns ? cfg.kinds & (cfg.detach ? K_WINDOWED | K_OVERHEAD : K_WINDOWED) : 0;
+    g_duty_types =
+        cfg.duty_period_ns ? cfg.kinds & cfg.duty_mask & (cfg.detach ? K_WINDOWED | K_OVERHEAD : K_WINDOWED) : 0;
     atomic_store(&g_count_inflight, (g_duty_types & K_API) != 0);
     g_next_toggle = 0; /* the first window opens at once */
+    uint32_t gpu = 0, want = 0;
+    for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++)
+        if ((cfg.kinds & kind_map[i].type_bit) && !(g_duty_types & kind_map[i].type_bit)) want |= kind_map[i].type_bit;
+    gpu = want & K_GPU;
+    if (gpu && !app_thread) {
+        /* An agent that comes later: every kind goes on with the GPU kinds, on an application thread,
+         * so that no launch gets an API record without its GPU records (its cycle would look
+         * complete); the launches before have neither, and are counted. */
+        g_enabled_types = want;
+        if (!(g_duty_types & K_API)) set_driver_callbacks(1);
+        (void)gpu_switch_post(1, want);
+        return;
+    }
     for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
-        if (!(cfg.kinds & kind_map[i].type_bit)) continue;
-        if (g_duty_types & kind_map[i].type_bit) continue; /* switched by windows */
+        if (!(want & kind_map[i].type_bit)) continue;
+        if (kind_map[i].type_bit & K_GPU) { /* switched on below */
+            g_enabled_types |= kind_map[i].type_bit;
+            continue;
+        }
         spc_result r = C.ActivityEnable(kind_map[i].kind);
         if (r == SPC_SUCCESS)
             g_enabled_types |= kind_map[i].type_bit;
@@ -554,54 +703,49 @@ static void enable_collection(void) {
     filter_api_records();
     /* Duty-cycled: the launch callbacks (the creating call of captured graph nodes) follow the
      * windows too, so graphs captured outside a window have nodes without their creating call. */
-    if (!g_duty_types) set_driver_callbacks(1);
+    if (!(g_duty_types & K_API)) set_driver_callbacks(1);
+    if (gpu) { /* cuInit's injection, on the application thread: nothing of it is in a launch */
+        g_gs_kinds = gpu;
+        gpu_switch_here(1);
+    }
 }
 
-/* Opening: the API records before the GPU records, closing: the GPU records first, so that no GPU
- * record of a window lacks the API record that joins it. */
-static void set_window_kinds(uint32_t on) {
+/* A window's kinds other than the GPU ones (sender). They go on before the GPU kinds and off after
+ * them, so that no GPU record of a window lacks the API record that joins it. */
+static void window_api(uint32_t on) {
     if (on) {
         atomic_store(&g_inflight, 0);
         atomic_fetch_add(&g_inflight_gen, 1);
+    } else if (g_duty_types & K_API) {
+        /* The GPU kinds are off: let the calls in progress return (and write their API records),
+         * at most 20 ms, then 1 ms more for the runtime call around a driver call. */
+        struct timespec step = {0, 20000}, grace = {0, 1000000};
+        for (int i = 0; i < 1000 && atomic_load(&g_inflight) > 0; i++) nanosleep(&step, NULL);
+        nanosleep(&grace, NULL);
     }
-    for (int pass = 0; pass < 2; pass++) {
-        if (!on && pass == 1 && (g_duty_types & K_API)) {
-            /* The GPU kinds are off: let the calls in progress return (and write their API records),
-             * at most 20 ms, then 1 ms more for the runtime call around a driver call. */
-            struct timespec step = {0, 20000}, grace = {0, 1000000};
-            for (int i = 0; i < 1000 && atomic_load(&g_inflight) > 0; i++) nanosleep(&step, NULL);
-            nanosleep(&grace, NULL);
-        }
-        uint32_t want = (pass == 0) == (on != 0) ? g_duty_types & ~K_GPU : g_duty_types & K_GPU;
-        for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
-            if (!(want & kind_map[i].type_bit)) continue;
-            spc_result r = on ? C.ActivityEnable(kind_map[i].kind) : C.ActivityDisable(kind_map[i].kind);
-            if (r != SPC_SUCCESS && on)
-                LOG_ONCE(L_ENABLE, "cuptiActivityEnable(%s): %s; that kind is not collected", kind_map[i].name,
-                         result_str(r));
-        }
-        if (on && pass == 0) {
-            filter_api_records();
-            set_driver_callbacks(1);
-        }
+    apply_kinds(g_duty_types & ~K_GPU, (int)on);
+    if (g_duty_types & K_API) {
+        if (on) filter_api_records();
+        set_driver_callbacks(on);
     }
-    if (!on) set_driver_callbacks(0);
 }
 
+/* The GPU kinds go off when an application thread next leaves a driver call (see g_gs). */
 static void disable_collection(void) {
     atomic_store(&g_collecting, 0);
     if (!cupti_usable()) { /* detached or detaching: nothing is enabled */
-        g_window_open = 0;
+        g_wstate = W_CLOSED;
         g_enabled_types = 0;
         return;
     }
-    if (g_window_open) {
-        set_window_kinds(0);
-        g_window_open = 0;
+    uint32_t gpu = (g_enabled_types | g_duty_types) & K_GPU;
+    if (g_wstate != W_CLOSED) {
+        window_api(0);
+        g_wstate = W_CLOSED;
     }
     set_driver_callbacks(0);
-    for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++)
-        if (g_enabled_types & kind_map[i].type_bit) (void)C.ActivityDisable(kind_map[i].kind);
+    apply_kinds(g_enabled_types & ~K_GPU, 0);
+    (void)gpu_switch_post(0, gpu);
     g_enabled_types = 0;
 }
 
@@ -1041,6 +1185,7 @@ static void finalize_here(void) {
  * first, then the API domains' callbacks wait for the next application call to return. */
 static void request_detach(void) {
     if (!cfg.detach || g_detach_off || !cupti_usable() || atomic_load(&g_exit_req)) return;
+    if (!gpu_switch_done() || atomic_load(&g_gpu_on)) return; /* retried once the GPU kinds are off */
     if (!C.Finalize || !C.EnableDomain) {
         LOG_ONCE(L_DETACH, "this CUPTI lacks cuptiFinalize or cuptiEnableDomain; CUPTI stays attached");
         g_detach_off = 1;
@@ -1112,30 +1257,48 @@ static int ensure_attached(void) {
 static uint64_t duty_step(uint64_t now) {
     poll_detach();
     uint64_t poll = g_detach_pending ? now + 1000000ull : UINT64_MAX; /* see a detach through */
-    if (!g_duty_types || (cfg.max_windows && g_windows >= cfg.max_windows && !g_window_open)) return poll;
-    if (now < g_next_toggle) return poll < g_next_toggle ? poll : g_next_toggle;
+    if (!g_duty_types) return poll;
+    uint32_t gpu = g_duty_types & K_GPU;
+    const uint64_t wait_switch = now + 5000000ull; /* the eventfd wakes the sender before that */
     struct spw_window w;
-    if (!g_window_open) {
+    switch (g_wstate) {
+    case W_CLOSED:
+        if (cfg.max_windows && g_windows >= cfg.max_windows) return poll;
+        if (now < g_next_toggle) return poll < g_next_toggle ? poll : g_next_toggle;
         if (ensure_attached() < 0) return UINT64_MAX;
         g_windows++;
-        set_window_kinds(1);
-        g_window_start = mono_ns();
-        g_window_open = 1;
+        window_api(1);
+        g_wstate = W_OPENING;
+        if (gpu && !gpu_switch_post(1, gpu)) return wait_switch;
+        /* fall through */
+    case W_OPENING:
+        if (gpu && !gpu_switch_done()) return wait_switch;
+        g_window_start = gpu ? atomic_load(&g_gs_at) : mono_ns();
+        g_wstate = W_OPEN;
         g_next_toggle = g_window_start + cfg.duty_on_ns;
         w.open = g_window_start, w.close = 0;
-    } else {
-        uint64_t end = mono_ns();
-        set_window_kinds(0);
-        g_window_open = 0;
+        (void)out_record(SPW_WINDOW, 0, &w, sizeof w, NULL, 0);
+        return g_next_toggle;
+    case W_OPEN:
+        if (now < g_next_toggle) return poll < g_next_toggle ? poll : g_next_toggle;
+        g_window_end = mono_ns();
+        g_wstate = W_CLOSING;
+        if (gpu && !gpu_switch_post(0, gpu)) return wait_switch;
+        /* fall through */
+    default: /* W_CLOSING */
+        if (gpu && !gpu_switch_done()) return wait_switch;
+        if (gpu) g_window_end = atomic_load(&g_gs_at);
+        window_api(0);
+        g_wstate = W_CLOSED;
         g_next_toggle = g_window_start + cfg.duty_period_ns;
-        w.open = g_window_start, w.close = end;
+        w.open = g_window_start, w.close = g_window_end;
+        (void)out_record(SPW_WINDOW, 0, &w, sizeof w, NULL, 0);
+        if (cfg.max_windows && g_windows >= cfg.max_windows) { /* the last window closed */
+            request_detach();
+            return g_detach_pending ? now + 1000000ull : UINT64_MAX;
+        }
+        return g_next_toggle;
     }
-    (void)out_record(SPW_WINDOW, 0, &w, sizeof w, NULL, 0);
-    if (!g_window_open && cfg.max_windows && g_windows >= cfg.max_windows) { /* the last window closed */
-        request_detach();
-        return g_detach_pending ? now + 1000000ull : UINT64_MAX;
-    }
-    return g_next_toggle;
 }
 
 static void send_stats(uint16_t flags) {
@@ -1155,6 +1318,9 @@ static void send_stats(uint16_t flags) {
         .detaches = atomic_load(&g_detaches),
         .detachStallNs = atomic_load(&g_detach_stall_ns),
         .detachRefused = atomic_load(&g_detach_refused),
+        .gpuSwitches = atomic_load(&g_gs_count),
+        .gpuSwitchNs = atomic_load(&g_gs_ns),
+        .gpuSwitchMaxNs = atomic_load(&g_gs_max_ns),
     };
     (void)out_record(SPW_STATS, flags, &w, sizeof w, NULL, 0);
 }
@@ -1163,7 +1329,7 @@ static void send_stats(uint16_t flags) {
 /* Sender: connection                                                                         */
 
 /* Connects without blocking (a unix socket connects or fails at once). 0 on success. */
-static int try_connect(void) {
+static int try_connect(int app_thread) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     struct sockaddr_un a;
@@ -1182,7 +1348,7 @@ static int try_connect(void) {
     S.gn_cursor = 0;
     atomic_fetch_add(&st.connects, 1);
     if (g_clock == SPW_CLOCK_OFFSET) measure_offset();
-    enable_collection();
+    enable_collection(app_thread);
     return 0;
 }
 
@@ -1291,7 +1457,7 @@ static void *sender_main(void *arg) {
             drain_buffers();
             next_retry = UINT64_MAX;
         } else if (S.fd < 0 && now >= next_retry) {
-            if (try_connect() == 0) {
+            if (try_connect(0) == 0) {
                 next_flush = now + cfg.flush_ns;
                 next_stats = now + STATS_PERIOD_NS;
             }
@@ -1306,6 +1472,7 @@ static void *sender_main(void *arg) {
                 next_flush = now + cfg.flush_ns;
             }
             next_duty = duty_step(now);
+            if (g_gs_cb) (void)gpu_switch_done(); /* a switch posted outside the windows */
             drain_buffers();
             send_graph_nodes();
             if (now >= next_stats) {
@@ -1316,6 +1483,7 @@ static void *sender_main(void *arg) {
             (void)out_send();
         } else {
             poll_detach();
+            if (g_gs_cb) (void)gpu_switch_done(); /* the GPU kinds' switch off, after a disconnect */
             if (!atomic_load(&g_collecting)) request_detach(); /* no agent: detach (cfg.detach) */
             drain_buffers();
         }
@@ -1563,8 +1731,8 @@ static int subscribe_cupti(void) {
         LOG_ONCE(L_SUBSCRIBE, "cuptiSubscribe: %s; collection disabled", result_str(r));
         return -1;
     }
-    r = C.ActivityRegisterTimestampCallback ? C.ActivityRegisterTimestampCallback(timestamp_cb)
-                                            : SPC_ERROR_NOT_SUPPORTED;
+    r = C.ActivityRegisterTimestampCallback && !cfg.clock_offset ? C.ActivityRegisterTimestampCallback(timestamp_cb)
+                                                                 : SPC_ERROR_NOT_SUPPORTED;
     if (r != SPC_SUCCESS) {
         if (!C.GetTimestamp) {
             LOG_ONCE(L_TS, "cannot align CUPTI's clock with CLOCK_MONOTONIC (no timestamp callback, no "
@@ -1572,9 +1740,10 @@ static int subscribe_cupti(void) {
             C.Unsubscribe(g_sub);
             return -1;
         }
-        LOG_ONCE(L_TS, "cuptiActivityRegisterTimestampCallback: %s; converting CUPTI timestamps with a "
-                       "measured CLOCK_MONOTONIC offset instead",
-                 result_str(r));
+        if (!cfg.clock_offset)
+            LOG_ONCE(L_TS, "cuptiActivityRegisterTimestampCallback: %s; converting CUPTI timestamps with a "
+                           "measured CLOCK_MONOTONIC offset instead",
+                     result_str(r));
         g_clock = SPW_CLOCK_OFFSET;
         measure_offset();
     }
@@ -1628,6 +1797,12 @@ static void init(void) {
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         g_gn = m == MAP_FAILED ? NULL : m;
     }
+    /* Before any callback can run: on_callback reads it on application threads, unlocked (the
+     * windows' sender used to rewrite it while they ran). */
+    for (size_t i = 0; i < sizeof tracked_cbids / sizeof tracked_cbids[0]; i++)
+        g_tracked[tracked_cbids[i]] = g_counted[tracked_cbids[i]] = 1;
+    for (size_t i = 0; i < sizeof kept_driver_cbids / sizeof kept_driver_cbids[0]; i++)
+        if (kept_driver_cbids[i] < SPC_MAX_CBID) g_counted[kept_driver_cbids[i]] = 1;
     if (subscribe_cupti() < 0) return;
     S.b = malloc(cfg.out_cap);
     g_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -1643,7 +1818,7 @@ static void init(void) {
     pthread_condattr_destroy(&ca);
     atomic_store(&g_active, 1);
     /* An agent already listening gets everything from the first API call on. */
-    (void)try_connect();
+    (void)try_connect(1);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(at_exit);
     pthread_t t;

@@ -107,6 +107,10 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			fmt.Fprintf(w, "  GPU traced in windows (--cupti-duty): %d windows, %.1f %% of the time; GPU figures are those of the cycles inside them\n",
 				d.Windows, 100*d.Share)
 		}
+		if g := p.GPU; g != nil && g.GPUSwitches > 0 {
+			fmt.Fprintf(w, "  CUPTI's GPU tracing switched %d times, each by an application thread leaving a CUDA call: %s ms in all, at most %s ms at once\n",
+				g.GPUSwitches, ms(float64(g.GPUSwitchNs)), ms(float64(g.GPUSwitchMaxNs)))
+		}
 		if g := p.GPU; g != nil && g.Detaches > 0 {
 			fmt.Fprintf(w, "  CUPTI detached once nothing more was to be traced (--cupti-detach): the application thread that ran the detach waited %s ms; no GPU records from this process after it\n",
 				ms(float64(g.DetachStallNs)))

@@ -451,7 +451,27 @@ static uint32_t api_thread_id(const simgpu_api_rec *r) {
     return (uint32_t)(uintptr_t)pthread_self();
 }
 
-static void on_api_enter(const simgpu_api_rec *r) { api_callback(r, 0); }
+/* The hazard the H200 showed (specprof_cupti.c, g_gs): a GPU activity kind switched while another
+ * thread is inside a CUDA graph launch crashed the process. Counted, never harmful here. */
+static atomic_int n_in_graph_launch;
+static __thread int t_in_graph_launch;
+static atomic_ullong n_gpu_switch_in_launch;
+
+static int is_graph_launch(const char *api) { return !strncmp(api, "cuGraphLaunch", 13); }
+
+static void note_switch(uint32_t kind) {
+    if (kind != KIND_CONCURRENT_KERNEL && kind != KIND_MEMCPY && kind != KIND_MEMSET && kind != KIND_GRAPH_TRACE)
+        return;
+    if (atomic_load(&n_in_graph_launch) - t_in_graph_launch > 0) atomic_fetch_add(&n_gpu_switch_in_launch, 1);
+}
+
+static void on_api_enter(const simgpu_api_rec *r) {
+    if (is_graph_launch(r->api)) {
+        t_in_graph_launch = 1;
+        atomic_fetch_add(&n_in_graph_launch, 1);
+    }
+    api_callback(r, 0);
+}
 
 static void graph_launch_returned(uint64_t corr);
 
@@ -486,6 +506,10 @@ static void on_api_exit(const simgpu_api_rec *r) {
         s.s.cudaEventId = 0xffffffffu;
         s.returnValue = (uint32_t)r->result;
         emit(&s, KIND_SYNCHRONIZATION);
+    }
+    if (t_in_graph_launch && is_graph_launch(r->api)) {
+        t_in_graph_launch = 0;
+        atomic_fetch_sub(&n_in_graph_launch, 1);
     }
 }
 
@@ -651,7 +675,7 @@ static void write_stats(void) {
             "\"api\":%llu,\"sync\":%llu,\"overhead\":%llu},\"dropped\":%llu,\"driver_callbacks\":%llu,"
             "\"resource_callbacks\":%llu,\"buffers_delivered\":%llu,\"flushes\":%llu,\"subscribes\":%llu,"
             "\"finalizes\":%llu,\"finalize_outside_exit_callback\":%llu,\"calls_while_detached\":%llu,"
-            "\"finalize_with_graphs\":%llu,\"warnings\":[",
+            "\"finalize_with_graphs\":%llu,\"gpu_switch_in_graph_launch\":%llu,\"warnings\":[",
             cfg.version, atomic_load(&ever_enabled) ? "true" : "false",
             (unsigned long long)n_records[KIND_CONCURRENT_KERNEL], (unsigned long long)n_records[KIND_MEMCPY],
             (unsigned long long)n_records[KIND_MEMSET], (unsigned long long)n_records[KIND_DRIVER],
@@ -660,7 +684,7 @@ static void write_stats(void) {
             (unsigned long long)n_delivered_buffers, (unsigned long long)n_flushes,
             (unsigned long long)n_subscribes, (unsigned long long)n_finalizes,
             (unsigned long long)n_finalize_outside_exit, (unsigned long long)n_calls_detached,
-            (unsigned long long)n_finalize_with_graphs);
+            (unsigned long long)n_finalize_with_graphs, (unsigned long long)n_gpu_switch_in_launch);
     for (int i = 0; i < nwarn; i++) fprintf(f, "%s\"%s\"", i ? "," : "", warnings[i]);
     fprintf(f, "]}\n");
     fclose(f);
@@ -801,6 +825,7 @@ EXPORT CUptiResult cuptiActivityEnable(uint32_t kind) {
     INIT();
     NOT_DETACHED();
     if (kind >= KIND_MAX || !kind_supported(kind)) return CUPTI_ERROR_NOT_SUPPORTED;
+    note_switch(kind);
     atomic_store(&kind_on[kind], 1);
     atomic_store(&ever_enabled, 1);
     return CUPTI_SUCCESS;
@@ -809,6 +834,7 @@ EXPORT CUptiResult cuptiActivityEnable(uint32_t kind) {
 EXPORT CUptiResult cuptiActivityDisable(uint32_t kind) {
     NOT_DETACHED();
     if (kind >= KIND_MAX || !kind_supported(kind)) return CUPTI_ERROR_NOT_SUPPORTED;
+    note_switch(kind);
     atomic_store(&kind_on[kind], 0);
     return CUPTI_SUCCESS;
 }
