@@ -16,6 +16,14 @@
 #              elapsed + the host gaps add up to the events (same run, and separate runs)?
 #   eagerv4    (issue 6) the one cell without an H200 number: (f) v4 wall timers on the eager loop,
 #              against (a) none, 2 reps (about 2 minutes).
+#   s8         (issue 6) session 8: the eagerv4 cell; the added cost per eager launch of eBPF, eBPF +
+#              CUPTI and torch.profiler (launchcost_h200.sh, 3 reps); one HF eBPF run for its launches
+#              per cycle (cost = launches x added cost, free of HF's run-to-run noise).
+#   s9         (issue 6) prepared in session 8 after its device time ran out: the GPU kinds switched
+#              by application threads through per-call callbacks (the H200 runs of session 8 used
+#              the whole driver domain's callbacks: no crash in 6 runs, but about 4,600 launches a
+#              run lost their API record): the 2ms/10ms stress that crashed 6 of 8 runs before, with
+#              the losses per run; the duty cost on the graph loop; the pinned launch cost with eBPF.
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -69,12 +77,24 @@ hostgap)
 eagerv4)
   suite eagerv4 --workloads eagle-eager --methods none,v4,cudaev --reps 2 --budget-s 150 --run-timeout-s 60
   ;;
+s8)
+  suite eagerv4 --workloads eagle-eager --methods none,v4,cudaev --reps 2 --budget-s 150 --run-timeout-s 60
+  OUT=$OUT/launchcost bash bench/gpu/launchcost_h200.sh 3 40
+  suite hflaunch --workloads hf --methods ebpf,full --reps 1 --budget-s 150 --run-timeout-s 120
+  ;;
+s9)
+  OUT=$OUT/stress bash bench/gpu/crashhunt.sh 6 3000 -- --cupti-duty 2ms/10ms
+  suite dutycost --workloads eagle-graph --methods none,full,fullduty --reps 3 --eagle-cycles 3000 --budget-s 200 \
+    --run-timeout-s 45
+  PIN=1 OUT=$OUT/lcpin bash bench/gpu/launchcost_h200.sh 3 40 none ebpf full idle torchprof
+  (cd "$OUT" && tar czf lcpin.tgz lcpin && rm -f lcpin/*.json)
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|guard" >&2
   exit 2
   ;;
 esac

@@ -694,6 +694,10 @@ class Suite:
         if report:
             info["specprof"] = {k: report.get(k) for k in ("cycles", "cycle_ms", "gpu", "loss", "problems", "detach",
                                                              "spec_metrics", "events")}
+            # launches per cycle per phase: with launchcost.py's added cost per launch, a method's
+            # cost on this workload without the workload's own run-to-run noise
+            info["specprof"]["launches_per_cycle"] = {name: round(d["launches"], 1) for name, d in
+                                                      (report.get("phases") or {}).items() if "launches" in d}
         phases = phase_metrics(m, res if ok else None, report)
         row["phases_json"] = json.dumps(phases, sort_keys=True)
         row["info_json"] = json.dumps(info, sort_keys=True)

@@ -1,0 +1,64 @@
+#!/bin/bash
+# Added cost per eager launch, per method, alternated (bench/gpu/launchcost.py): from the
+# repository root, as root, on a GPU host with build/specprof and build/libspecprof_cupti.so.
+#   bash bench/gpu/launchcost_h200.sh [REPS] [DEPTH] [METHODS...]
+# Methods: none, ebpf (specprof --cupti off), full (--cupti on), torchprof (torch.profiler), and
+# full's parts: idle (subscribed, a 1 ms window a minute), nocb (no launch callbacks), offset
+# (no timestamp callback), kapi (kernel and API records only), noapi (no API records: the agent
+# cannot join then; what the API records cost), apiall (every API call's record).
+# Output under $OUT (default /tmp/launchcost): METHOD-REP.json per run, table.md.
+set -u
+P=${PYTHON:-/opt/torch/.venv/bin/python3}
+OUT=${OUT:-/tmp/launchcost}
+reps=${1:-3} depth=${2:-40}
+shift 2 2>/dev/null
+methods=${*:-none ebpf full torchprof}
+# PIN=1: the workload on one physical core (CPU $PIN_CPU, default 4, and its SMT siblings), specprof
+# and everything else it starts on the other CPUs, so that neither the agent nor a sibling thread
+# shares the workload's core.
+W=() A=()
+if [ "${PIN:-0}" = 1 ]; then
+  c=${PIN_CPU:-4}
+  wl=$(cat "/sys/devices/system/cpu/cpu$c/topology/thread_siblings_list" 2>/dev/null || echo "$c")
+  rest=$("$P" -c 'import os,sys
+w=set()
+for part in sys.argv[1].split(","):
+    a,_,b=part.partition("-"); w.update(range(int(a),int(b or a)+1))
+print(",".join(str(c) for c in sorted(os.sched_getaffinity(0)-w)))' "$wl")
+  W=(taskset -c "$wl") A=(taskset -c "$rest")
+  echo "pinned: workload on CPUs $wl, specprof on $rest"
+fi
+mkdir -p "$OUT"
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
+sp() { # CUPTI on|off, extra specprof flags up to --, then the launchcost flags
+  local cupti=$1 flags=()
+  shift
+  while [ "$1" != "--" ]; do flags+=("$1"); shift; done
+  shift
+  "${A[@]}" build/specprof run -q --interval 0 --cupti "$cupti" --cupti-lib build/libspecprof_cupti.so \
+    --preset hf-assisted -o "/tmp/launchcost-sp" "${flags[@]}" -- "${W[@]}" "$P" bench/gpu/launchcost.py --depth "$depth" "$@"
+}
+one() { # METHOD REP
+  local r=$2 res=(--result "$OUT/$1-$2.json")
+  case $1 in
+  none) "${W[@]}" "$P" bench/gpu/launchcost.py --depth "$depth" "${res[@]}" ;;
+  torchprof) "${W[@]}" "$P" bench/gpu/launchcost.py --depth "$depth" --torch-profiler "${res[@]}" ;;
+  ebpf) sp off -- "${res[@]}" ;;
+  full) sp on -- "${res[@]}" ;;
+  idle) sp on --cupti-duty 1ms/60s -- "${res[@]}" ;;
+  nocb) SPECPROF_CUPTI_LAUNCH_CALLBACKS=0 sp on -- "${res[@]}" ;;
+  offset) SPECPROF_CUPTI_CLOCK=offset sp on -- "${res[@]}" ;;
+  kapi) SPECPROF_CUPTI_KINDS=kernel,api sp on -- "${res[@]}" ;;
+  noapi) SPECPROF_CUPTI_KINDS=kernel,memcpy,memset,sync,overhead sp on -- "${res[@]}" ;;
+  apiall) SPECPROF_CUPTI_API=all sp on -- "${res[@]}" ;;
+  *) echo "unknown method $1" >&2; return 2 ;;
+  esac > /dev/null
+}
+for r in $(seq 1 "$reps"); do
+  for m in $methods; do one "$m" "$r" || echo "$m rep $r: rc $?"; done
+done
+{
+  echo "launchcost: $(date -u '+%F %T') UTC, $reps reps, depth $depth, pinned ${PIN:-0}, $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+  echo
+  "$P" bench/gpu/launchcost.py --table "$OUT"
+} | tee "$OUT/table.md"
