@@ -645,17 +645,17 @@ static int gpu_switch_post(int on, uint32_t bits) {
     }
     if (atomic_load(&g_gs) == GS_IDLE) {
         if (!bits) { /* nothing to switch */
-            g_gs_kinds = bits;
-            gpu_switch_here(on);
+            atomic_store(&g_gpu_on, on);
+            atomic_store(&g_gs_at, mono_ns());
             return gpu_switch_done();
         }
         g_gs_kinds = bits;
         atomic_store(&g_gs, on ? GS_WANT_ON : GS_WANT_OFF);
     }
-    if (!g_gs_cb) {
-        set_switch_callbacks(1);
-        g_gs_cb = 1;
-    }
+    /* Every time: collection may have turned these callbacks off since the switch was posted
+     * (a disconnection while a window closes). */
+    set_switch_callbacks(1);
+    g_gs_cb = 1;
     return gpu_switch_done();
 }
 
@@ -1259,7 +1259,7 @@ static uint64_t duty_step(uint64_t now) {
     uint64_t poll = g_detach_pending ? now + 1000000ull : UINT64_MAX; /* see a detach through */
     if (!g_duty_types) return poll;
     uint32_t gpu = g_duty_types & K_GPU;
-    const uint64_t wait_switch = now + 5000000ull; /* the eventfd wakes the sender before that */
+    const uint64_t wait_switch = now + 100000000ull; /* the switch wakes the sender (eventfd) before that */
     struct spw_window w;
     switch (g_wstate) {
     case W_CLOSED:
