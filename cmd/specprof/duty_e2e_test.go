@@ -226,6 +226,27 @@ func readDutyMockStats(t *testing.T, path string) dutyMockStats {
 	return m
 }
 
+// runGraphMock runs the graph workload for cycles under specprof run with
+// flags, on the stand-in libcuda and the mock CUPTI (env added to the
+// target's), and returns the report, what the mock CUPTI did and the output.
+func runGraphMock(t *testing.T, cycles int, env []string, flags ...string) (agent.Report, dutyMockStats, []byte) {
+	t.Helper()
+	injLib, mockCupti, std, bin, root := standins(t)
+	dir := t.TempDir()
+	args := append([]string{"run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib}, flags...)
+	args = append(args, "--", "python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"),
+		"--cycles", fmt.Sprint(cycles), "--mode", "graph")
+	cmd := exec.Command(bin, args...)
+	mockStats := filepath.Join(dir, "mock.json")
+	cmd.Env = append(append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti,
+		"SPECPROF_MOCK_CUPTI_STATS="+mockStats), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("specprof run: %v\n%s", err, out)
+	}
+	return readReport(t, dir), readDutyMockStats(t, mockStats), out
+}
+
 // TestCUPTIDetachGraphs: a process that built CUDA graphs under CUPTI is
 // never detached (on the H200 every graph-loop run that detached after its
 // graph capture failed in its next graph launches). With --cupti-windows 3
@@ -233,21 +254,9 @@ func readDutyMockStats(t *testing.T, path string) dutyMockStats {
 // is not finalized, the workload runs to its end with its output unchanged,
 // and the report says why CUPTI stayed attached.
 func TestCUPTIDetachGraphs(t *testing.T) {
-	injLib, mockCupti, std, bin, root := standins(t)
-	dir := t.TempDir()
 	const cycles = 400
-	cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
-		"--cupti-duty", "100ms/300ms", "--cupti-windows", "3", "--cupti-detach", "--",
-		"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", "400", "--mode", "graph")
-	mockStats := filepath.Join(dir, "mock.json")
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti, "SPECPROF_MOCK_CUPTI_STATS="+mockStats)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("specprof run: %v\n%s", err, out)
-	}
-	rep := readReport(t, dir)
+	rep, m, out := runGraphMock(t, cycles, nil, "--cupti-duty", "100ms/300ms", "--cupti-windows", "3", "--cupti-detach")
 	p := rep.Processes[0]
-	m := readDutyMockStats(t, mockStats)
 	if m.Finalizes != 0 || m.FinalizeWithGraphs != 0 || m.CallsWhileDetached != 0 {
 		t.Errorf("mock CUPTI: %d finalizes (%d after graphs were built), %d calls while detached; warnings %q",
 			m.Finalizes, m.FinalizeWithGraphs, m.CallsWhileDetached, m.Warnings)
@@ -282,53 +291,36 @@ func TestCUPTIDetachGraphs(t *testing.T) {
 // H200 loop); the mock CUPTI counts switches made while a launch is in
 // progress on another thread.
 func TestCUPTIDutyGraphSwitch(t *testing.T) {
-	for _, level := range []string{"node"} {
-		t.Run(level, func(t *testing.T) {
-			injLib, mockCupti, std, bin, root := standins(t)
-			dir := t.TempDir()
-			const cycles = 600
-			cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
-				"--cupti-duty", "8ms/16ms", "--cupti-graphs", level, "--",
-				"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", fmt.Sprint(cycles),
-				"--mode", "graph")
-			mockStats := filepath.Join(dir, "mock.json")
-			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti, "SPECPROF_MOCK_CUPTI_STATS="+mockStats)
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("specprof run: %v\n%s", err, out)
-			}
-			rep := readReport(t, dir)
-			p := rep.Processes[0]
-			m := readDutyMockStats(t, mockStats)
-			g := p.GPU
-			if g == nil || p.Duty == nil {
-				t.Fatalf("report: GPU %+v, duty %+v", g, p.Duty)
-			}
-			t.Logf("%d windows, %d GPU switches (%d ns in all, at most %d ns); mock: %d switches during another thread's graph launch",
-				p.Duty.Windows, g.GPUSwitches, g.GPUSwitchNs, g.GPUSwitchMaxNs, m.SwitchInGraphLaunch)
-			if m.SwitchInGraphLaunch != 0 {
-				t.Errorf("mock CUPTI: %d GPU kind switches while another thread was inside a graph launch", m.SwitchInGraphLaunch)
-			}
-			if p.Duty.Windows < 20 || g.GPUSwitches < 2*uint64(p.Duty.Windows)-1 || g.GPUSwitchNs == 0 || g.GPUSwitchMaxNs > g.GPUSwitchNs {
-				t.Errorf("%d windows, %d switches (%d ns, max %d ns): want many windows, each switched on and off by application threads",
-					p.Duty.Windows, g.GPUSwitches, g.GPUSwitchNs, g.GPUSwitchMaxNs)
-			}
-			if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 {
-				t.Errorf("losses with duty-cycled tracing: %+v", l)
-			}
-			var main *agent.ThreadReport
-			for _, th := range p.Threads {
-				if th.TID == p.PID {
-					main = th
-				}
-			}
-			if main == nil || main.Cycles != cycles || main.Untraced == 0 || main.Untraced >= cycles {
-				t.Errorf("main thread %+v: want %d cycles, some outside the windows", main, cycles)
-			}
-			if !strings.Contains(string(out), "CUPTI's GPU tracing switched") {
-				t.Errorf("the summary does not state the switches:\n%s", out)
-			}
-		})
+	const cycles = 600
+	rep, m, out := runGraphMock(t, cycles, nil, "--cupti-duty", "8ms/16ms", "--cupti-graphs", "node")
+	p := rep.Processes[0]
+	g := p.GPU
+	if g == nil || p.Duty == nil {
+		t.Fatalf("report: GPU %+v, duty %+v", g, p.Duty)
+	}
+	t.Logf("%d windows, %d GPU switches (%d ns in all, at most %d ns); mock: %d switches during another thread's graph launch",
+		p.Duty.Windows, g.GPUSwitches, g.GPUSwitchNs, g.GPUSwitchMaxNs, m.SwitchInGraphLaunch)
+	if m.SwitchInGraphLaunch != 0 {
+		t.Errorf("mock CUPTI: %d GPU kind switches while another thread was inside a graph launch", m.SwitchInGraphLaunch)
+	}
+	if p.Duty.Windows < 20 || g.GPUSwitches < 2*uint64(p.Duty.Windows)-1 || g.GPUSwitchNs == 0 || g.GPUSwitchMaxNs > g.GPUSwitchNs {
+		t.Errorf("%d windows, %d switches (%d ns, max %d ns): want many windows, each switched on and off by application threads",
+			p.Duty.Windows, g.GPUSwitches, g.GPUSwitchNs, g.GPUSwitchMaxNs)
+	}
+	if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 {
+		t.Errorf("losses with duty-cycled tracing: %+v", l)
+	}
+	var main *agent.ThreadReport
+	for _, th := range p.Threads {
+		if th.TID == p.PID {
+			main = th
+		}
+	}
+	if main == nil || main.Cycles != cycles || main.Untraced == 0 || main.Untraced >= cycles {
+		t.Errorf("main thread %+v: want %d cycles, some outside the windows", main, cycles)
+	}
+	if !strings.Contains(string(out), "CUPTI's GPU tracing switched") {
+		t.Errorf("the summary does not state the switches:\n%s", out)
 	}
 }
 
@@ -337,26 +329,15 @@ func TestCUPTIDutyGraphSwitch(t *testing.T) {
 // that did it), by the command line and by the library when asked through
 // its environment: it then traces all the time and says why.
 func TestCUPTIDutyGraphLevelRefused(t *testing.T) {
-	injLib, mockCupti, std, bin, root := standins(t)
-	dir := t.TempDir()
-	wl := []string{"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", "40", "--mode", "graph"}
-	out, err := exec.Command(bin, append([]string{"run", "-q", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
-		"--cupti-duty", "8ms/16ms", "--cupti-graphs", "graph", "--"}, wl...)...).CombinedOutput()
+	injLib, _, _, bin, _ := standins(t)
+	out, err := exec.Command(bin, "run", "-q", "-o", t.TempDir(), "--cupti", "on", "--cupti-lib", injLib,
+		"--cupti-duty", "8ms/16ms", "--cupti-graphs", "graph", "--", "true").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--cupti-graphs graph with --cupti-duty: not supported") {
 		t.Errorf("specprof run with both: err %v, want a refusal naming the flags:\n%s", err, out)
 	}
-	cmd := exec.Command(bin, append([]string{"run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
-		"--cupti-graphs", "graph", "--"}, wl...)...)
-	mockStats := filepath.Join(dir, "mock.json")
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti, "SPECPROF_MOCK_CUPTI_STATS="+mockStats,
-		"SPECPROF_CUPTI_DUTY=8/16")
-	out, err = cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("specprof run: %v\n%s", err, out)
-	}
-	rep := readReport(t, dir)
+	rep, _, out := runGraphMock(t, 40, []string{"SPECPROF_CUPTI_DUTY=8/16"}, "--cupti-graphs", "graph")
 	p := rep.Processes[0]
-	if p.Duty != nil || p.GPU == nil || p.GPU.GraphKernel == 0 && p.GPU.Kernels == 0 {
+	if p.Duty != nil || p.GPU == nil || p.GPU.Kernels == 0 {
 		t.Errorf("duty %+v, GPU %+v: want no windows and GPU records all the time", p.Duty, p.GPU)
 	}
 	if !strings.Contains(string(out), "with graph-level tracing: switching it crashes CUDA graph launches") {

@@ -376,8 +376,8 @@ static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *da
     if (domain == SPC_DOMAIN_RUNTIME_API) return; /* enabled only to detach */
     if (domain == SPC_DOMAIN_DRIVER_API) {
         const struct spc_callback_data *cd = data;
-        if (cd->callbackSite == SPC_API_EXIT) {
-            int gs = atomic_load(&g_gs);
+        if (cd->callbackSite == SPC_API_EXIT) { /* every tracked call: one relaxed load unless a switch is posted */
+            int gs = atomic_load_explicit(&g_gs, memory_order_relaxed);
             if ((gs == GS_WANT_ON || gs == GS_WANT_OFF) && atomic_load(&g_cs) == CS_ATTACHED &&
                 atomic_compare_exchange_strong(&g_gs, &gs, GS_APPLYING))
                 gpu_switch_here(gs == GS_WANT_ON);
