@@ -319,7 +319,7 @@ func TestCUPTIDutyGraphSwitch(t *testing.T) {
 	if main == nil || main.Cycles != cycles || main.Untraced == 0 || main.Untraced >= cycles {
 		t.Errorf("main thread %+v: want %d cycles, some outside the windows", main, cycles)
 	}
-	if !strings.Contains(string(out), "CUPTI's GPU tracing switched") {
+	if !strings.Contains(string(out), "switches of CUPTI's GPU tracing: ") {
 		t.Errorf("the summary does not state the switches:\n%s", out)
 	}
 }

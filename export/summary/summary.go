@@ -108,7 +108,7 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 				d.Windows, 100*d.Share)
 		}
 		if g := p.GPU; g != nil && g.GPUSwitches > 0 {
-			fmt.Fprintf(w, "  CUPTI's GPU tracing switched %d times, each by an application thread leaving a CUDA call: %s ms in all, at most %s ms at once\n",
+			fmt.Fprintf(w, "  switches of CUPTI's GPU tracing: %d, each made by an application thread in a CUDA call, outside any launch: %s ms in all, at most %s ms at once\n",
 				g.GPUSwitches, ms(float64(g.GPUSwitchNs)), ms(float64(g.GPUSwitchMaxNs)))
 		}
 		if g := p.GPU; g != nil && g.Detaches > 0 {
