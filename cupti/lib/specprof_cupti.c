@@ -346,7 +346,7 @@ static __thread unsigned t_inflight_gen; /* generation + 1 of this thread's call
 static void finalize_here(void);
 
 /* Switching the GPU activity kinds (kernels, copies, sets, graph-level records) on an application
- * thread. On the H200, enabling or disabling them while another thread was inside a CUDA graph
+ * thread. On the H200, enabling or disabling them from the sender while an application thread was inside a CUDA graph
  * launch crashed the process there (SIGSEGV or SIGABRT in 6 of 8 graph-loop runs with 2 ms windows
  * every 10 ms, 4 of 4 with graph-level tracing; 0 of 4 with only the API kinds switched). So the
  * sender never switches them: it posts the switch and turns the callbacks of the work-making driver
