@@ -346,13 +346,13 @@ static __thread unsigned t_inflight_gen; /* generation + 1 of this thread's call
 static void finalize_here(void);
 
 /* Switching the GPU activity kinds (kernels, copies, sets, graph-level records) on an application
- * thread. On the H200, enabling or disabling them from the sender while an application thread was inside a CUDA graph
- * launch crashed the process there (SIGSEGV or SIGABRT in 6 of 8 graph-loop runs with 2 ms windows
- * every 10 ms, 4 of 4 with graph-level tracing; 0 of 4 with only the API kinds switched). So the
- * sender never switches them: it posts the switch and turns the callbacks of the work-making driver
- * calls on, and the next application thread that leaves one applies it in that exit callback, when
- * it is in no launch. A process that launches from several threads keeps a smaller risk: another thread can
- * still be inside a launch then. */
+ * thread. On the H200, enabling or disabling them from the sender while an application thread was
+ * inside a CUDA graph launch crashed the process there (SIGSEGV or SIGABRT in 6 of 8 graph-loop runs
+ * with 2 ms windows every 10 ms, 4 of 4 with graph-level tracing; 0 of 4 with only the API kinds
+ * switched). So the sender never switches them: it posts the switch and turns the callbacks of the
+ * work-making driver calls on, and the next application thread that leaves one applies it in that
+ * exit callback, when it is in no launch. A process that launches from several threads keeps a
+ * smaller risk: another thread can still be inside a launch then. */
 enum { GS_IDLE, GS_WANT_ON, GS_WANT_OFF, GS_APPLYING };
 static atomic_int g_gs = GS_IDLE;
 static uint32_t g_gs_kinds;       /* the record-type bits a switch applies to (set before posting) */
