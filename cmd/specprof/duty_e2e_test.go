@@ -226,6 +226,21 @@ func readDutyMockStats(t *testing.T, path string) dutyMockStats {
 	return m
 }
 
+// checkPartlyTraced: the process's main thread ran cycles cycles, some of
+// them outside the tracing windows and some inside.
+func checkPartlyTraced(t *testing.T, p *agent.ProcessReport, cycles int) {
+	t.Helper()
+	var main *agent.ThreadReport
+	for _, th := range p.Threads {
+		if th.TID == p.PID {
+			main = th
+		}
+	}
+	if main == nil || main.Cycles != cycles || main.Untraced == 0 || main.Untraced >= cycles {
+		t.Errorf("main thread %+v: want %d cycles, some outside the windows", main, cycles)
+	}
+}
+
 // runGraphMock runs the graph workload for cycles under specprof run with
 // flags, on the stand-in libcuda and the mock CUPTI (env added to the
 // target's), and returns the report, what the mock CUPTI did and the output.
@@ -267,15 +282,7 @@ func TestCUPTIDetachGraphs(t *testing.T) {
 	if p.Duty == nil || p.Duty.Windows != 3 {
 		t.Errorf("duty %+v: want 3 windows", p.Duty)
 	}
-	var main *agent.ThreadReport
-	for _, th := range p.Threads {
-		if th.TID == p.PID {
-			main = th
-		}
-	}
-	if main == nil || main.Cycles != cycles || main.Untraced == 0 || main.Untraced >= cycles {
-		t.Errorf("main thread %+v: want %d cycles, some outside the windows", main, cycles)
-	}
+	checkPartlyTraced(t, p, cycles)
 	for _, want := range []string{"CUPTI stayed attached", "not detaching CUPTI: this process has built CUDA graphs"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -310,15 +317,7 @@ func TestCUPTIDutyGraphSwitch(t *testing.T) {
 	if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 {
 		t.Errorf("losses with duty-cycled tracing: %+v", l)
 	}
-	var main *agent.ThreadReport
-	for _, th := range p.Threads {
-		if th.TID == p.PID {
-			main = th
-		}
-	}
-	if main == nil || main.Cycles != cycles || main.Untraced == 0 || main.Untraced >= cycles {
-		t.Errorf("main thread %+v: want %d cycles, some outside the windows", main, cycles)
-	}
+	checkPartlyTraced(t, p, cycles)
 	if !strings.Contains(string(out), "switches of CUPTI's GPU tracing: ") {
 		t.Errorf("the summary does not state the switches:\n%s", out)
 	}
