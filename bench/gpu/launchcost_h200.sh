@@ -11,7 +11,7 @@ set -u
 P=${PYTHON:-/opt/torch/.venv/bin/python3}
 OUT=${OUT:-/tmp/launchcost}
 reps=${1:-3} depth=${2:-40}
-shift 2 2>/dev/null
+shift $(($# < 2 ? $# : 2))
 methods=${*:-none ebpf full torchprof}
 # PIN=1: the workload on one physical core (CPU $PIN_CPU, default 4, and its SMT siblings), specprof
 # and everything else it starts on the other CPUs, so that neither the agent nor a sibling thread

@@ -624,10 +624,8 @@ static int gpu_switch_done(void) {
     if (g_gs_cb) {
         g_gs_cb = 0;
         set_switch_callbacks(0);
-        /* Re-assert which calls get API records: after a switch on the H200 (made with the whole
-         * driver domain's callbacks, since replaced by these per-call ones) about 4,600 launches per
-         * run lost their API record; the per-call record settings are the suspect. */
-        if (g_collecting) filter_api_records();
+        /* A late agent's switch turned the API kinds on too: now keep only the work calls' records. */
+        if (g_collecting && (g_gs_kinds & K_API) && atomic_load(&g_gpu_on)) filter_api_records();
     }
     return 1;
 }
