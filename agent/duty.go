@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"context"
+	"log/slog"
+
 	"github.com/specprof/specprof/agent/correlate"
 	"github.com/specprof/specprof/cupti"
 )
@@ -22,6 +25,11 @@ type dutyState struct {
 	openNs  uint64 // total length of the closed windows
 	first   uint64 // open time of the first window
 	last    uint64 // close time of the latest closed window
+	// Where in their window the launches without API record were made
+	// (tenths of the window; debug log only): losses at the edges point at
+	// the switches, losses all over at CUPTI.
+	lostAt     [10]int64
+	lostLogged int
 }
 
 // maxWindows bounds the windows kept per process; older ones are forgotten
@@ -86,6 +94,48 @@ func (a *Agent) traced(pid int, first, last uint64) bool {
 		}
 	}
 	return false
+}
+
+// untraced tells the joiner whether a launch of pid at t that never got an
+// API record was made outside the tracing windows (not a loss); for one
+// inside, it notes where (debug log).
+func (a *Agent) untraced(pid int, t uint64) bool {
+	if a.traced(pid, t, t) {
+		a.noteLost(pid, t)
+		return false
+	}
+	return true
+}
+
+// logLost logs where in their windows pid's launches without API record
+// were made (debug).
+func (a *Agent) logLost(pid int, d *dutyState) {
+	if d.lostAt != [10]int64{} {
+		a.log.Debug("launches without CUPTI API record by tenth of their window", "pid", pid, "tenths", d.lostAt)
+	}
+}
+
+func (a *Agent) noteLost(pid int, t uint64) {
+	d := a.duty[pid]
+	if d == nil || !a.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	for i := len(d.windows) - 1; i >= 0; i-- {
+		w := d.windows[i]
+		if w.open > t || (w.close != 0 && w.close < t) {
+			continue
+		}
+		if w.close == 0 {
+			return // still open: its length is unknown
+		}
+		d.lostAt[min(9, (t-w.open)*10/max(1, w.close-w.open))]++
+		if d.lostLogged < 20 {
+			d.lostLogged++
+			a.log.Debug("launch without CUPTI API record inside a window", "pid", pid, "t", t,
+				"window_open", w.open, "since_open_us", (t-w.open)/1000, "to_close_us", (w.close-t)/1000)
+		}
+		return
+	}
 }
 
 // gpuWindow is the extent of a cycle's kernels on the GPU. A cycle counts

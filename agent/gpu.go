@@ -43,6 +43,10 @@ type GPUStats struct {
 	GPUSwitches    uint64 `json:"lib_gpu_switches,omitempty"`
 	GPUSwitchNs    uint64 `json:"lib_gpu_switch_ns,omitempty"`
 	GPUSwitchMaxNs uint64 `json:"lib_gpu_switch_max_ns,omitempty"`
+	// DutyStopped is 1 when duty-cycled windows stopped opening because the
+	// process had built CUDA graphs: switching CUPTI's tracing while graphs
+	// replay crashed such processes on the H200.
+	DutyStopped uint64 `json:"lib_duty_stopped_graphs,omitempty"`
 }
 
 // RecordsPerSecond is the delivery rate over the span of the GPU records.
@@ -172,6 +176,7 @@ func (h *GPUHandler) Records(c *cupti.Conn, b *cupti.Batch) {
 		s.DroppedDisconnect = st.DroppedDisconnect
 		s.Detaches, s.DetachStallNs, s.DetachRefused = st.Detaches, st.DetachStallNs, st.DetachRefused
 		s.GPUSwitches, s.GPUSwitchNs, s.GPUSwitchMaxNs = st.GpuSwitches, st.GpuSwitchNs, st.GpuSwitchMaxNs
+		s.DutyStopped = st.DutyStopped
 	}
 }
 

@@ -27,7 +27,7 @@ func (a *Agent) newJoiner() error {
 		InOrder: true,
 		// Duty-cycled tracing records no API records outside its windows:
 		// launches made there are not lost records.
-		Untraced: func(pid int, t uint64) bool { return !a.traced(pid, t, t) },
+		Untraced: a.untraced,
 		OnFinal:  a.onGPUFinal,
 		OnJoin:   a.onGPUJoin,
 	})
@@ -89,6 +89,7 @@ func (a *Agent) onGPUFinal(k correlate.Key, ks *correlate.KeyStats) {
 		t.gpu = true
 	case t.inCycle && k.Cycle == t.cycleNo:
 		t.earlyGPUWin.add(ks)
+		t.earlyLost = t.earlyLost || ks.MatchedLaunches < ks.Launches
 		// A long cycle: its phase finished on the GPU before the cycle closed.
 		if prev := t.earlyGPU[k.Phase]; prev != nil {
 			prev.addGPU(g)
@@ -102,6 +103,7 @@ func (a *Agent) onGPUFinal(k correlate.Key, ks *correlate.KeyStats) {
 		}
 		cc.phase(k.Phase, m).addGPU(g)
 		cc.gpuWin.add(ks)
+		cc.lost = cc.lost || ks.MatchedLaunches < ks.Launches
 		cc.gpuPending--
 		a.drain(p, t, m, false)
 	}

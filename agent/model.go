@@ -99,9 +99,9 @@ type Window struct {
 	GPU        bool          `json:"gpu"`      // GPU columns are known (CUPTI records joined)
 	Phases     []*PhaseStats `json:"phases"`
 	// Untraced cycles of the window have no GPU figures: they lie outside
-	// the GPU tracing windows (duty-cycled tracing), or began before the
-	// CUPTI connection (ThreadReport.GPUPartial). GPU figures are per
-	// traced cycle.
+	// the GPU tracing windows (duty-cycled tracing), began before the
+	// CUPTI connection (ThreadReport.GPUPartial), or lost a launch's API
+	// record (ThreadReport.GPULost). GPU figures are per traced cycle.
 	Untraced int `json:"cycles_outside_gpu_windows,omitempty"`
 }
 
@@ -125,6 +125,10 @@ type ThreadReport struct {
 	// process's CUPTI library connection was known: their GPU figures
 	// would be incomplete and are left out.
 	GPUPartial int `json:"cycles_gpu_partial,omitempty"`
+	// GPULost counts cycles with a launch whose CUPTI API record never came
+	// (Loss.LaunchesWithoutAPI): the GPU work of that launch is unknown, so
+	// the cycle's GPU figures are left out rather than understated.
+	GPULost int `json:"cycles_gpu_incomplete,omitempty"`
 }
 
 // ProcessReport describes one traced process.

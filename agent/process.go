@@ -93,6 +93,8 @@ type thread struct {
 	untraced    int  // cycles outside the GPU tracing windows (duty.go)
 	unjoined    bool // the open cycle made a launch before the CUPTI connection was known
 	gpuPartial  int  // cycles with launches before and after it: GPU figures left out
+	gpuLost     int  // cycles with a launch whose API record never came: GPU figures left out
+	earlyLost   bool // a GPU result that came before the cycle closed lacked a launch's API record
 	winUntraced int  // of the current window
 	total       map[uint16]*PhaseStats
 	outside     map[uint16]*phaseAcc
@@ -443,6 +445,9 @@ type closedCycle struct {
 	// partial: some launches were made before the CUPTI connection was
 	// known, others after: the GPU figures would be incomplete.
 	partial bool
+	// lost: some launch never got its CUPTI API record, so its GPU work
+	// is not known: the GPU figures would be incomplete.
+	lost bool
 }
 
 func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
@@ -489,6 +494,7 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 	t.curKeys = map[uint16]bool{}
 	cc.gpuWin = t.earlyGPUWin
 	t.earlyGPUWin = gpuWindow{}
+	cc.lost, t.earlyLost = t.earlyLost, false
 	t.earlyGPU = map[uint16]*PhaseStats{}
 	t.closed = append(t.closed, cc)
 	if t.byCycle == nil {
@@ -525,6 +531,10 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 		case cc.gpu && !a.traced(p.pid, cc.gpuWin.from(cc.first), cc.gpuWin.to(cc.last)):
 			cc.stripGPU()
 			t.untraced++
+			t.winUntraced++
+		case cc.lost:
+			cc.stripGPU()
+			t.gpuLost++
 			t.winUntraced++
 		}
 		if t.cycles == 0 || t.winFirst == 0 {
@@ -579,10 +589,11 @@ func (p *process) report(a *Agent) *ProcessReport {
 	r.GPU = a.gpu.snapshot(p.pid)
 	if d := a.duty[p.pid]; d != nil {
 		r.Duty = d.stats()
+		a.logLost(p.pid, d)
 	}
 	order := func(id uint16) int { return a.phaseOrder(id, m) }
 	for _, t := range p.threads {
-		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: t.gpuPartial,
+		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: t.gpuPartial, GPULost: t.gpuLost,
 			Phases: sortedStats(t.total, order), Outside: sortedStats(outsideStats(t.outside), order), Calls: t.calls, Resolved: t.resolved})
 	}
 	sort.Slice(r.Threads, func(i, j int) bool { return r.Threads[i].TID < r.Threads[j].TID })

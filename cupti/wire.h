@@ -235,6 +235,8 @@ struct spw_stats {
     uint64_t gpuSwitches;       /* switches applied (on or off; per window, connection, disconnection) */
     uint64_t gpuSwitchNs;       /* the application threads' time in them, in all */
     uint64_t gpuSwitchMaxNs;    /* and the longest one */
+    uint64_t dutyStopped;       /* 1: duty-cycled windows stopped once the process had built CUDA graphs
+                                   (switching CUPTI's tracing crashed graph processes on the H200) */
 };
 
 #endif /* SPECPROF_CUPTI_WIRE_H */

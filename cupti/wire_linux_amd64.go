@@ -152,6 +152,7 @@ type LibStats struct {
 	GpuSwitches         uint64
 	GpuSwitchNs         uint64
 	GpuSwitchMaxNs      uint64
+	DutyStopped         uint64
 }
 
 // Window is a window of GPU activity tracing (duty-cycled tracing): GPU records exist only for
@@ -240,7 +241,7 @@ const (
 	SizeofGraphNode = 0x30
 	SizeofName      = 0x8
 	SizeofOverhead  = 0x28
-	SizeofStats     = 0x90
+	SizeofStats     = 0x98
 	SizeofWindow    = 0x10
 	SizeofGraphExec = 0x28
 )

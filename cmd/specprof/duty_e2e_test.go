@@ -265,12 +265,14 @@ func runGraphMock(t *testing.T, cycles int, env []string, flags ...string) (agen
 // TestCUPTIDetachGraphs: a process that built CUDA graphs under CUPTI is
 // never detached (on the H200 every graph-loop run that detached after its
 // graph capture failed in its next graph launches). With --cupti-windows 3
-// --cupti-detach on the graph workload the three windows are traced, CUPTI
+// --cupti-detach on the graph workload (windows kept going after the graph
+// capture: SPECPROF_CUPTI_DUTY_GRAPHS=1) the three windows are traced, CUPTI
 // is not finalized, the workload runs to its end with its output unchanged,
 // and the report says why CUPTI stayed attached.
 func TestCUPTIDetachGraphs(t *testing.T) {
 	const cycles = 400
-	rep, m, out := runGraphMock(t, cycles, nil, "--cupti-duty", "100ms/300ms", "--cupti-windows", "3", "--cupti-detach")
+	rep, m, out := runGraphMock(t, cycles, []string{"SPECPROF_CUPTI_DUTY_GRAPHS=1"}, "--cupti-duty", "100ms/300ms",
+		"--cupti-windows", "3", "--cupti-detach")
 	p := rep.Processes[0]
 	if m.Finalizes != 0 || m.FinalizeWithGraphs != 0 || m.CallsWhileDetached != 0 {
 		t.Errorf("mock CUPTI: %d finalizes (%d after graphs were built), %d calls while detached; warnings %q",
@@ -295,11 +297,13 @@ func TestCUPTIDetachGraphs(t *testing.T) {
 // crashed the graph loop (7 of 8 runs with 2ms/10ms windows); the library
 // now hands each switch to the next application thread leaving a driver
 // call. Short windows on the graph workload (one launching thread, as the
-// H200 loop); the mock CUPTI counts switches made while a launch is in
-// progress on another thread.
+// H200 loop; windows kept going after the graph capture:
+// SPECPROF_CUPTI_DUTY_GRAPHS=1); the mock CUPTI counts switches made while a
+// launch is in progress on another thread.
 func TestCUPTIDutyGraphSwitch(t *testing.T) {
 	const cycles = 600
-	rep, m, out := runGraphMock(t, cycles, nil, "--cupti-duty", "8ms/16ms", "--cupti-graphs", "node")
+	rep, m, out := runGraphMock(t, cycles, []string{"SPECPROF_CUPTI_DUTY_GRAPHS=1"}, "--cupti-duty", "8ms/16ms",
+		"--cupti-graphs", "node")
 	p := rep.Processes[0]
 	g := p.GPU
 	if g == nil || p.Duty == nil {
@@ -323,6 +327,39 @@ func TestCUPTIDutyGraphSwitch(t *testing.T) {
 	}
 }
 
+// TestCUPTIDutyStopsAtGraphs: no window opens once the process has built
+// CUDA graphs (on the H200, switching CUPTI's tracing while graphs replay
+// crashed the graph loop, about once per thousand switches, even when the
+// launching thread switched). The graph workload captures its graphs in the
+// first window: that one closes as due, no other opens, its cycles keep GPU
+// figures, the later ones CPU figures only, and the report says why.
+func TestCUPTIDutyStopsAtGraphs(t *testing.T) {
+	const cycles = 400
+	rep, m, out := runGraphMock(t, cycles, nil, "--cupti-duty", "100ms/300ms")
+	p := rep.Processes[0]
+	g := p.GPU
+	if g == nil || p.Duty == nil {
+		t.Fatalf("report: GPU %+v, duty %+v", g, p.Duty)
+	}
+	if g.DutyStopped != 1 || p.Duty.Windows != 1 || g.GPUSwitches != 2 {
+		t.Errorf("duty %+v, %d switches, stopped %d: want one window, switched on and off, then no more",
+			p.Duty, g.GPUSwitches, g.DutyStopped)
+	}
+	if m.SwitchInGraphLaunch != 0 {
+		t.Errorf("mock CUPTI: %d GPU kind switches while another thread was inside a graph launch", m.SwitchInGraphLaunch)
+	}
+	if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 || l.LaunchesUntraced == 0 {
+		t.Errorf("losses: %+v", l)
+	}
+	checkPartlyTraced(t, p, cycles)
+	for _, want := range []string{"GPU tracing windows stopped once the process built CUDA graphs",
+		"no more GPU tracing windows: this process has built CUDA graphs"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestCUPTIDutyGraphLevelRefused: windows over graph-level tracing are
 // refused (switching CUPTI's GRAPH_TRACE crashed every H200 graph-loop run
 // that did it), by the command line and by the library when asked through
@@ -341,5 +378,39 @@ func TestCUPTIDutyGraphLevelRefused(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "with graph-level tracing: switching it crashes CUDA graph launches") {
 		t.Errorf("the library does not say why it ignored the windows:\n%s", out)
+	}
+}
+
+// TestLostAPIRecords: cycles with a launch whose CUPTI API record never came
+// keep their CPU figures but lose their GPU ones (that launch's GPU work is
+// unknown: its figures would be understated), are counted, and the summary
+// says so. The mock CUPTI loses the driver API records of the calls made in
+// the first 5 ms of every 20 ms.
+func TestLostAPIRecords(t *testing.T) {
+	const cycles = 300
+	rep, _, out := runGraphMock(t, cycles, []string{"SPECPROF_MOCK_CUPTI_DROP_API=5/20"})
+	p := rep.Processes[0]
+	var main *agent.ThreadReport
+	for _, th := range p.Threads {
+		if th.TID == p.PID {
+			main = th
+		}
+	}
+	if main == nil || main.Cycles != cycles {
+		t.Fatalf("main thread %+v: want %d cycles", main, cycles)
+	}
+	if rep.Loss.LaunchesWithoutAPI == 0 || main.GPULost == 0 || main.GPULost >= cycles ||
+		uint64(main.GPULost) > rep.Loss.LaunchesWithoutAPI {
+		t.Errorf("%d launches without API record, %d of %d cycles left without GPU figures",
+			rep.Loss.LaunchesWithoutAPI, main.GPULost, cycles)
+	}
+	for _, ph := range main.Phases {
+		if want := cycles - main.GPULost - main.GPUPartial - main.Untraced; ph.GPUCycles > 0 && ph.GPUCycles != want {
+			t.Errorf("phase %s: GPU figures of %d cycles, want %d (%d cycles in all, %d partial, %d untraced, %d lost)",
+				ph.Phase, ph.GPUCycles, want, cycles, main.GPUPartial, main.Untraced, main.GPULost)
+		}
+	}
+	if want := fmt.Sprintf("(%d with a launch whose CUPTI API record was lost: CPU figures only)", main.GPULost); !strings.Contains(string(out), want) {
+		t.Errorf("the summary lacks %q:\n%s", want, out)
 	}
 }

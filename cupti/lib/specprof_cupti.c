@@ -97,7 +97,13 @@ static struct {
      * calling back for each one. */
     int no_launch_cb;
     int clock_offset;
+    /* SPECPROF_CUPTI_SUBSCRIBE=0: the activity API alone, without cuptiSubscribe (whose mere
+     * presence costs every CUDA call): no callbacks at all, so no duty cycling, no detach, no late
+     * agent's GPU records, and graph nodes are not tied to their creating launch. */
+    int no_subscribe;
     uint32_t duty_mask; /* SPECPROF_CUPTI_DUTY_KINDS: the kinds windows switch (default all of K_WINDOWED) */
+    int duty_graphs;    /* SPECPROF_CUPTI_DUTY_GRAPHS=1: keep opening windows in a process with CUDA graphs
+                         * (crash experiments only; see g_duty_stopped) */
 } cfg;
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -116,7 +122,7 @@ static void logmsg(const char *fmt, ...) {
 
 /* Logs each distinct message at most once per process. */
 enum { L_NOLIB, L_VERSION, L_BUSY, L_SUBSCRIBE, L_REGISTER, L_TS, L_TID, L_FILTER, L_ENABLE, L_LAYOUT, L_SOCKET, L_ALLOC,
-       L_GETNEXT, L_DETACH, L_NUM };
+       L_GETNEXT, L_DETACH, L_NOSUB, L_NUM };
 static atomic_int logged[L_NUM];
 #define LOG_ONCE(id, ...)                                          \
     do {                                                           \
@@ -177,7 +183,16 @@ static void read_config(void) {
     cfg.duty_mask = getenv("SPECPROF_CUPTI_DUTY_KINDS") ? parse_kinds(getenv("SPECPROF_CUPTI_DUTY_KINDS")) : K_ALL | K_GRAPH;
     cfg.no_launch_cb = env_u64("SPECPROF_CUPTI_LAUNCH_CALLBACKS", 1, 0, 1) == 0;
     cfg.clock_offset = getenv("SPECPROF_CUPTI_CLOCK") && !strcmp(getenv("SPECPROF_CUPTI_CLOCK"), "offset");
+    cfg.no_subscribe = env_u64("SPECPROF_CUPTI_SUBSCRIBE", 1, 0, 1) == 0;
+    cfg.duty_graphs = env_u64("SPECPROF_CUPTI_DUTY_GRAPHS", 0, 0, 1) != 0;
     const char *duty = getenv("SPECPROF_CUPTI_DUTY");
+    if (cfg.no_subscribe && ((duty && *duty) || cfg.detach)) {
+        /* Switching the GPU kinds safely needs an application thread's callback (see g_gs). */
+        logmsg("SPECPROF_CUPTI_SUBSCRIBE=0: no duty cycling and no detach without callbacks; tracing GPU activity "
+               "all the time");
+        duty = NULL;
+        cfg.detach = 0;
+    }
     if (duty && *duty && (cfg.kinds & K_GRAPH)) {
         /* On the H200 every graph-loop run whose graph-level tracing was switched by windows crashed
          * in a graph launch (3 of 3, the switch made on the launching thread): never switch it. */
@@ -238,6 +253,11 @@ static uint32_t g_windows;    /* sender: duty windows opened */
 static int g_no_detach;       /* under detach_mu: exit began, no new request */
 static pthread_mutex_t detach_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong g_detaches, g_detach_stall_ns, g_detach_refused;
+/* 1: windows stopped opening because the process had built CUDA graphs. Switching at the exit of any
+ * call crashed the H200 graph loop about once per thousand switches (see g_gs; 100ms/1s windows: 1 of
+ * about 50 runs). Switching only where the application waits for the GPU ran 1,500 switches of the
+ * graph loop without a crash: too few yet to rule out that rate, so graph processes keep the guard. */
+static atomic_ullong g_duty_stopped;
 /* A CUDA graph node was created or cloned while CUPTI was subscribed. Launches of such graphs fail
  * once CUPTI is finalized (all 12 graph-loop runs that detached after graph capture on the H200,
  * CUPTI 13.0.85; PyTorch's profiler skips its CUPTI teardown when graphs are used, pytorch#112507),
@@ -273,6 +293,10 @@ static atomic_int g_sender_waiting; /* the sender sleeps in poll: wake it */
 
 /* Exit handshake between atexit and the sender. */
 static pthread_mutex_t exit_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Held by the sender while it calls CUPTI (flush, buffers, kinds, callbacks), and taken with trylock by
+ * the application thread that applies a posted switch: the two never call into CUPTI at the same time,
+ * and the application thread never waits (busy: the next call's exit applies the switch). */
+static pthread_mutex_t cupti_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t exit_cv; /* on CLOCK_MONOTONIC, set up in init */
 static atomic_int g_exit_req;
 static int g_exit_done; /* under exit_mu */
@@ -333,6 +357,14 @@ static __thread uint32_t t_corr, t_cbid;
 #define SPC_MAX_CBID 1024
 static uint8_t g_tracked[SPC_MAX_CBID]; /* tracked_cbids as a set (written once, in init) */
 static uint8_t g_counted[SPC_MAX_CBID]; /* the calls counted in flight: tracked and kept driver calls */
+/* The driver calls that return only once the GPU work before them is done (context, stream and event
+ * synchronisation, synchronous device-to-host copies: cupti_driver_cbid.h): a posted switch is applied
+ * at their exit only. On the H200, switching CUPTI's GPU kinds at the exit of any call (a launch's
+ * included) crashed the eager and the graph loop alike (9 of 9 runs with 2 ms windows every 10 ms:
+ * heap corruption, SIGSEGV in the interpreter), whichever thread switched; with the kernels of the
+ * switching thread's stream all done, nothing of theirs is in flight. Work on other streams may be. */
+static const uint16_t drain_cbids[] = {17, 45, 121, 126, 278, 305, 398, 408, 440, 800};
+static uint8_t g_drain[SPC_MAX_CBID];
 
 /* Tracked driver calls in progress (duty-cycled tracing): a window closes only once the calls that
  * may have made GPU records have returned and so have their API records. A generation bumped at each
@@ -345,14 +377,14 @@ static __thread unsigned t_inflight_gen; /* generation + 1 of this thread's call
 
 static void finalize_here(void);
 
-/* Switching the GPU activity kinds (kernels, copies, sets, graph-level records) on an application
- * thread. On the H200, enabling or disabling them from the sender while an application thread was
- * inside a CUDA graph launch crashed the process there (SIGSEGV or SIGABRT in 6 of 8 graph-loop runs
- * with 2 ms windows every 10 ms, 4 of 4 with graph-level tracing; 0 of 4 with only the API kinds
- * switched). So the sender never switches them: it posts the switch and turns the callbacks of the
- * work-making driver calls on, and the next application thread that leaves one applies it in that
- * exit callback, when it is in no launch. A process that launches from several threads keeps a
- * smaller risk: another thread can still be inside a launch then. */
+/* Switching the GPU activity kinds (kernels, copies, sets) on an application thread. On the H200,
+ * switching them while GPU work was in flight crashed the process (heap corruption: SIGSEGV, SIGABRT),
+ * from the sender (6 of 8 graph-loop runs with 2 ms windows every 10 ms; 0 of 4 with only the API
+ * kinds switched) and from the exit of any driver call of the application thread alike (9 of 9 eager
+ * and graph runs). So the sender never switches them: it posts the switch and turns on the callbacks
+ * of the calls that wait for the GPU (g_drain), and the next application thread that leaves one
+ * applies it there: 0 of 6 runs crashed (5,800 switches in the eager loop, 1,500 in the graph loop).
+ * Work of other streams or threads may still be in flight then: a smaller risk that remains. */
 enum { GS_IDLE, GS_WANT_ON, GS_WANT_OFF, GS_APPLYING };
 static atomic_int g_gs = GS_IDLE;
 static uint32_t g_gs_kinds;       /* the record-type bits a switch applies to (set before posting) */
@@ -378,9 +410,11 @@ static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *da
         const struct spc_callback_data *cd = data;
         if (cd->callbackSite == SPC_API_EXIT) { /* every tracked call: one relaxed load unless a switch is posted */
             int gs = atomic_load_explicit(&g_gs, memory_order_relaxed);
-            if ((gs == GS_WANT_ON || gs == GS_WANT_OFF) && atomic_load(&g_cs) == CS_ATTACHED &&
-                atomic_compare_exchange_strong(&g_gs, &gs, GS_APPLYING))
-                gpu_switch_here(gs == GS_WANT_ON);
+            if ((gs == GS_WANT_ON || gs == GS_WANT_OFF) && cbid < SPC_MAX_CBID && g_drain[cbid] &&
+                atomic_load(&g_cs) == CS_ATTACHED && pthread_mutex_trylock(&cupti_mu) == 0) {
+                if (atomic_compare_exchange_strong(&g_gs, &gs, GS_APPLYING)) gpu_switch_here(gs == GS_WANT_ON);
+                pthread_mutex_unlock(&cupti_mu);
+            }
         }
         int count = cbid < SPC_MAX_CBID && g_counted[cbid] && atomic_load_explicit(&g_count_inflight, memory_order_relaxed);
         unsigned gen = count ? atomic_load_explicit(&g_inflight_gen, memory_order_relaxed) : 0;
@@ -563,6 +597,7 @@ static void filter_api_records(void) {
 static int g_cb_on; /* the launch callbacks are on (sender) */
 static void set_driver_callbacks(uint32_t on) {
     g_cb_on = (int)on;
+    if (!g_sub) return;
     if (cfg.no_launch_cb && !(g_duty_types & K_API)) return;
     for (size_t i = 0; i < sizeof tracked_cbids / sizeof tracked_cbids[0]; i++)
         (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, tracked_cbids[i]);
@@ -603,14 +638,15 @@ static void gpu_switch_here(int on) {
     }
 }
 
-static int g_gs_cb; /* sender: the callbacks of every call in g_counted are on for a posted switch */
+static int g_gs_cb; /* sender: the callbacks of the calls in g_drain are on for a posted switch */
 
-/* The calls whose exit applies a posted switch: the launch and capture calls and every driver call
- * whose API record is kept (api_filter.h), which an application doing GPU work makes all the time.
- * Only per-call callbacks, never cuptiEnableDomain: a whole domain's callbacks cost every call. */
+/* The calls whose exit applies a posted switch (g_drain), which an application that reads its
+ * results makes every step. Only per-call callbacks, never cuptiEnableDomain: a whole domain's
+ * callbacks cost every call. */
 static void set_switch_callbacks(uint32_t on) {
+    if (!g_sub) return;
     for (uint32_t c = 1; c < SPC_MAX_CBID; c++) {
-        if (!g_counted[c]) continue;
+        if (!g_drain[c]) continue;
         /* Leaving a switch: keep the callbacks that collection itself has on (set_driver_callbacks). */
         if (!on && g_cb_on && !cfg.no_launch_cb && (g_tracked[c] || (g_duty_types & K_API))) continue;
         (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, c);
@@ -624,7 +660,8 @@ static int gpu_switch_done(void) {
     if (g_gs_cb) {
         g_gs_cb = 0;
         set_switch_callbacks(0);
-        /* A late agent's switch turned the API kinds on too: now keep only the work calls' records. */
+        /* A switch that turned the API kinds on too (a window opening, a late agent): now keep only the
+         * work calls' records. */
         if (g_collecting && (g_gs_kinds & K_API) && atomic_load(&g_gpu_on)) filter_api_records();
     }
     return 1;
@@ -676,6 +713,12 @@ static void enable_collection(int app_thread) {
     for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++)
         if ((cfg.kinds & kind_map[i].type_bit) && !(g_duty_types & kind_map[i].type_bit)) want |= kind_map[i].type_bit;
     gpu = want & K_GPU;
+    if (gpu && !app_thread && !g_sub) {
+        LOG_ONCE(L_NOSUB, "SPECPROF_CUPTI_SUBSCRIBE=0: an agent that connects to a running process gets no GPU "
+                          "records (switching them on safely needs callbacks)");
+        want &= ~K_GPU;
+        gpu = 0;
+    }
     if (gpu && !app_thread) {
         /* An agent that comes later: every kind goes on with the GPU kinds, on an application thread,
          * so that no launch gets an API record without its GPU records (its cycle would look
@@ -708,9 +751,13 @@ static void enable_collection(int app_thread) {
     }
 }
 
-/* A window's kinds other than the GPU ones (sender). They go on before the GPU kinds and off after
- * them, so that no GPU record of a window lacks the API record that joins it. */
-static void window_api(uint32_t on) {
+/* A window's kinds other than the GPU ones (sender). They go off after the GPU kinds, so that no GPU
+ * record of a window lacks the API record that joins it. They go on with the GPU kinds, on the
+ * application thread that switches those (app_switch): on the H200, API kinds that the sender had
+ * switched on just before recorded almost nothing once an application thread switched the GPU kinds
+ * on (no kernel, and 89 % of the window's launches without API record); either kind switched alone
+ * recorded everything. */
+static void window_api(uint32_t on, int app_switch) {
     if (on) {
         atomic_store(&g_inflight, 0);
         atomic_fetch_add(&g_inflight_gen, 1);
@@ -721,9 +768,9 @@ static void window_api(uint32_t on) {
         for (int i = 0; i < 1000 && atomic_load(&g_inflight) > 0; i++) nanosleep(&step, NULL);
         nanosleep(&grace, NULL);
     }
-    apply_kinds(g_duty_types & ~K_GPU, (int)on);
+    if (!app_switch) apply_kinds(g_duty_types & ~K_GPU, (int)on);
     if (g_duty_types & K_API) {
-        if (on) filter_api_records();
+        if (on) filter_api_records(); /* again once the kinds are on (gpu_switch_done) */
         set_driver_callbacks(on);
     }
 }
@@ -738,12 +785,14 @@ static void disable_collection(void) {
     }
     uint32_t gpu = (g_enabled_types | g_duty_types) & K_GPU;
     if (g_wstate != W_CLOSED) {
-        window_api(0);
+        window_api(0, 0);
         g_wstate = W_CLOSED;
     }
     set_driver_callbacks(0);
     apply_kinds(g_enabled_types & ~K_GPU, 0);
-    (void)gpu_switch_post(0, gpu);
+    /* Without callbacks the GPU kinds stay on (their records are dropped and counted) rather than be
+     * switched under a launch. */
+    if (g_sub) (void)gpu_switch_post(0, gpu);
     g_enabled_types = 0;
 }
 
@@ -1263,11 +1312,17 @@ static uint64_t duty_step(uint64_t now) {
     case W_CLOSED:
         if (cfg.max_windows && g_windows >= cfg.max_windows) return poll;
         if (now < g_next_toggle) return poll < g_next_toggle ? poll : g_next_toggle;
+        if (atomic_load(&g_graphs) && !cfg.duty_graphs) { /* see g_duty_stopped */
+            if (!atomic_exchange(&g_duty_stopped, 1))
+                logmsg("no more GPU tracing windows: this process has built CUDA graphs, and switching CUPTI's "
+                       "tracing while graphs replay crashed such processes; later cycles have CPU figures only");
+            return poll;
+        }
         if (ensure_attached() < 0) return UINT64_MAX;
         g_windows++;
-        window_api(1);
+        window_api(1, gpu != 0);
         g_wstate = W_OPENING;
-        if (gpu && !gpu_switch_post(1, gpu)) return wait_switch;
+        if (gpu && !gpu_switch_post(1, g_duty_types)) return wait_switch;
         /* fall through */
     case W_OPENING:
         if (gpu && !gpu_switch_done()) return wait_switch;
@@ -1286,7 +1341,7 @@ static uint64_t duty_step(uint64_t now) {
     default: /* W_CLOSING */
         if (gpu && !gpu_switch_done()) return wait_switch;
         if (gpu) g_window_end = atomic_load(&g_gs_at);
-        window_api(0);
+        window_api(0, 0);
         g_wstate = W_CLOSED;
         g_next_toggle = g_window_start + cfg.duty_period_ns;
         w.open = g_window_start, w.close = g_window_end;
@@ -1319,6 +1374,7 @@ static void send_stats(uint16_t flags) {
         .gpuSwitches = atomic_load(&g_gs_count),
         .gpuSwitchNs = atomic_load(&g_gs_ns),
         .gpuSwitchMaxNs = atomic_load(&g_gs_max_ns),
+        .dutyStopped = atomic_load(&g_duty_stopped),
     };
     (void)out_record(SPW_STATS, flags, &w, sizeof w, NULL, 0);
 }
@@ -1441,8 +1497,10 @@ static void *sender_main(void *arg) {
     uint64_t now = mono_ns(), next_retry = now + cfg.retry_ns, next_flush = now + cfg.flush_ns,
              next_stats = now + STATS_PERIOD_NS, next_duty = UINT64_MAX;
     for (;;) {
+        pthread_mutex_lock(&cupti_mu);
         if (atomic_load(&g_exit_req)) {
             if (atomic_load(&g_active)) sender_exit_flush();
+            pthread_mutex_unlock(&cupti_mu);
             pthread_mutex_lock(&exit_mu);
             g_exit_done = 1;
             pthread_cond_broadcast(&exit_cv);
@@ -1495,6 +1553,7 @@ static void *sender_main(void *arg) {
         if (ms > 1000) ms = 1000;
         struct pollfd p[2] = {{.fd = g_efd, .events = POLLIN}, {.fd = S.fd, .events = POLLIN}};
         if (S.fd >= 0 && S.head < S.tail && !S.congested) p[1].events |= POLLOUT;
+        pthread_mutex_unlock(&cupti_mu);
         atomic_store(&g_sender_waiting, 1);
         int pr = 0;
         pthread_mutex_lock(&bq.mu);
@@ -1507,14 +1566,20 @@ static void *sender_main(void *arg) {
             ssize_t r = read(g_efd, &v, sizeof v);
             (void)r;
         }
-        if (pr > 0 && S.fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) flush_req = read_commands();
+        if (pr > 0 && S.fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            pthread_mutex_lock(&cupti_mu); /* a disconnection switches collection off */
+            flush_req = read_commands();
+            pthread_mutex_unlock(&cupti_mu);
+        }
         if (pr > 0 && S.fd >= 0 && (p[1].revents & POLLOUT)) S.congested = 0;
         if (flush_req && S.fd >= 0) {
+            pthread_mutex_lock(&cupti_mu);
             if (cupti_usable()) (void)C.ActivityFlushAll(0);
             drain_buffers();
             send_graph_nodes();
             send_stats(SPW_FLAG_FLUSH_ACK);
             (void)out_send();
+            pthread_mutex_unlock(&cupti_mu);
         }
     }
 }
@@ -1532,7 +1597,11 @@ static void at_exit(void) {
     pthread_mutex_unlock(&detach_mu);
     struct timespec step = {0, 100000};
     for (int i = 0; i < 1000 && atomic_load(&g_cs) == CS_FINALIZING; i++) nanosleep(&step, NULL);
-    if (atomic_load(&g_collecting) && atomic_load(&g_cs) == CS_ATTACHED) (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
+    if (atomic_load(&g_collecting) && atomic_load(&g_cs) == CS_ATTACHED) {
+        pthread_mutex_lock(&cupti_mu); /* the sender holds it for a flush or a switch at most */
+        (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
+        pthread_mutex_unlock(&cupti_mu);
+    }
     pthread_mutex_lock(&exit_mu);
     g_exit_deadline = mono_ns() + EXIT_BUDGET_NS;
     atomic_store(&g_exit_req, 1);
@@ -1719,7 +1788,7 @@ static int version_supported(uint32_t v) {
 /* Subscribes to CUPTI and registers what collection needs. The clock first: CUPTI applies it
  * only to records of kinds enabled after registration. -1: not subscribed (said once). */
 static int subscribe_cupti(void) {
-    spc_result r = C.Subscribe(&g_sub, on_callback, NULL);
+    spc_result r = cfg.no_subscribe ? SPC_SUCCESS : C.Subscribe(&g_sub, on_callback, NULL);
     if (r == SPC_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
         LOG_ONCE(L_BUSY, "another CUPTI client is already subscribed in this process (torch.profiler/Kineto, "
                          "Nsight, ...); specprof steps aside and collects no GPU activity here");
@@ -1735,7 +1804,7 @@ static int subscribe_cupti(void) {
         if (!C.GetTimestamp) {
             LOG_ONCE(L_TS, "cannot align CUPTI's clock with CLOCK_MONOTONIC (no timestamp callback, no "
                            "cuptiGetTimestamp); collection disabled");
-            C.Unsubscribe(g_sub);
+            if (g_sub) C.Unsubscribe(g_sub);
             return -1;
         }
         if (!cfg.clock_offset)
@@ -1756,13 +1825,15 @@ static int subscribe_cupti(void) {
     r = C.ActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != SPC_SUCCESS) {
         LOG_ONCE(L_REGISTER, "cuptiActivityRegisterCallbacks: %s; collection disabled", result_str(r));
-        C.Unsubscribe(g_sub);
+        if (g_sub) C.Unsubscribe(g_sub);
         return -1;
     }
     /* Graph-node callbacks stay on while subscribed: they are rare (capture, instantiation) and a
      * late agent gets the whole retained mapping. */
-    (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CREATED);
-    (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CLONED);
+    if (g_sub) {
+        (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CREATED);
+        (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CLONED);
+    }
     return 0;
 }
 
@@ -1801,12 +1872,13 @@ static void init(void) {
         g_tracked[tracked_cbids[i]] = g_counted[tracked_cbids[i]] = 1;
     for (size_t i = 0; i < sizeof kept_driver_cbids / sizeof kept_driver_cbids[0]; i++)
         if (kept_driver_cbids[i] < SPC_MAX_CBID) g_counted[kept_driver_cbids[i]] = 1;
+    for (size_t i = 0; i < sizeof drain_cbids / sizeof drain_cbids[0]; i++) g_drain[drain_cbids[i]] = 1;
     if (subscribe_cupti() < 0) return;
     S.b = malloc(cfg.out_cap);
     g_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!S.b || g_efd < 0) {
         LOG_ONCE(L_ALLOC, "cannot allocate the sender's buffers; collection disabled");
-        C.Unsubscribe(g_sub);
+        if (g_sub) C.Unsubscribe(g_sub);
         return;
     }
     pthread_condattr_t ca;

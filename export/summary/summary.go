@@ -111,6 +111,9 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			fmt.Fprintf(w, "  switches of CUPTI's GPU tracing: %d, each made by an application thread in a CUDA call, outside any launch: %s ms in all, at most %s ms at once\n",
 				g.GPUSwitches, ms(float64(g.GPUSwitchNs)), ms(float64(g.GPUSwitchMaxNs)))
 		}
+		if g := p.GPU; g != nil && g.DutyStopped > 0 {
+			fmt.Fprintf(w, "  GPU tracing windows stopped once the process built CUDA graphs: switching CUPTI's tracing while graphs replay crashed such processes (cupti/README.md); later cycles have CPU figures only\n")
+		}
 		if g := p.GPU; g != nil && g.Detaches > 0 {
 			fmt.Fprintf(w, "  CUPTI detached once nothing more was to be traced (--cupti-detach): the application thread that ran the detach waited %s ms; no GPU records from this process after it\n",
 				ms(float64(g.DetachStallNs)))
@@ -129,9 +132,12 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			if t.Untraced > 0 {
 				fmt.Fprintf(w, " (%d outside the GPU tracing windows: CPU figures only)", t.Untraced)
 			}
+			if t.GPULost > 0 {
+				fmt.Fprintf(w, " (%d with a launch whose CUPTI API record was lost: CPU figures only)", t.GPULost)
+			}
 			if t.Cycles > 0 {
 				fmt.Fprintf(w, ", mean cycle %s ms\n", ms(float64(t.CycleNs)/float64(t.Cycles)))
-				if err := writePhases(w, t.Phases, float64(t.Cycles), float64(t.CycleNs), float64(t.Cycles-t.Untraced-t.GPUPartial)); err != nil {
+				if err := writePhases(w, t.Phases, float64(t.Cycles), float64(t.CycleNs), float64(t.Cycles-t.Untraced-t.GPUPartial-t.GPULost)); err != nil {
 					return err
 				}
 			} else {

@@ -97,6 +97,9 @@ static struct {
     size_t kernel_size; /* 0: the version's */
     char stats_path[1024];
     int64_t clock_offset; /* added to simulator times while no timestamp callback is registered */
+    /* SPECPROF_MOCK_CUPTI_DROP_API=ON_MS/PERIOD_MS: lose the driver API records of the calls that
+     * start in the first ON_MS of every PERIOD_MS, as CUPTI did on the H200 in some windows. */
+    uint64_t drop_on_ns, drop_period_ns;
 } cfg;
 
 static size_t rec_size(uint32_t kind) {
@@ -488,7 +491,7 @@ static void on_api_exit(const simgpu_api_rec *r) {
                              .threadId = api_thread_id(r),
                              .correlationId = (uint32_t)r->corr,
                              .returnValue = (uint32_t)r->result};
-        emit(&a, KIND_DRIVER);
+        if (!cfg.drop_period_ns || r->enter % cfg.drop_period_ns >= cfg.drop_on_ns) emit(&a, KIND_DRIVER);
     }
     uint32_t st = sync_type(r->api);
     if (st && atomic_load(&kind_on[KIND_SYNCHRONIZATION])) {
@@ -705,6 +708,10 @@ static void init(void) {
     const char *ks = getenv("SPECPROF_MOCK_CUPTI_KERNEL_SIZE");
     cfg.kernel_size = ks && *ks ? strtoul(ks, NULL, 10) : 0;
     if (cfg.kernel_size > sizeof(struct mock_kernel10)) cfg.kernel_size = sizeof(struct mock_kernel10);
+    const char *da = getenv("SPECPROF_MOCK_CUPTI_DROP_API");
+    unsigned long long don = 0, dper = 0;
+    if (da && sscanf(da, "%llu/%llu", &don, &dper) == 2 && dper > don)
+        cfg.drop_on_ns = don * 1000000ull, cfg.drop_period_ns = dper * 1000000ull;
     const char *sp = getenv("SPECPROF_MOCK_CUPTI_STATS");
     if (sp) snprintf(cfg.stats_path, sizeof cfg.stats_path, "%s", sp);
     struct timespec r;
