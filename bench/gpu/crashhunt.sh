@@ -6,8 +6,10 @@
 #   bash bench/gpu/crashhunt.sh RUNS CYCLES -- SPECPROF-RUN-FLAGS...
 # e.g. bash bench/gpu/crashhunt.sh 10 3000 -- --cupti-duty 100ms/1s
 # Output under $OUT (default /tmp/crashhunt): summary.txt, and run-N/ for every run that failed.
-# CUPTI_LIB (default build/libspecprof_cupti.so) names the injected library, and WRAP a command
-# prefix for the workload alone (a sanitizer build: WRAP="env LD_PRELOAD=... ASAN_OPTIONS=...").
+# GRAPHS=off runs the eager loop instead. CUPTI_LIB (default build/libspecprof_cupti.so) names the
+# injected library, and WRAP a command prefix for the workload alone (a sanitizer build:
+# WRAP="env LD_PRELOAD=... ASAN_OPTIONS=..."). Extra environment for specprof and the target (e.g.
+# SPECPROF_CUPTI_DUTY_GRAPHS=1) passes through.
 set -u
 P=${PYTHON:-/opt/torch/.venv/bin/python3}
 OUT=${OUT:-/tmp/crashhunt}
@@ -17,7 +19,7 @@ shift 2
 mkdir -p "$OUT"
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
 {
-  echo "date: $(date -u '+%F %T') UTC; flags: $*; runs $runs, cycles $cycles; lib ${CUPTI_LIB:-build/libspecprof_cupti.so}; wrap ${WRAP:-none}"
+  echo "date: $(date -u '+%F %T') UTC; flags: $*; runs $runs, cycles $cycles; lib ${CUPTI_LIB:-build/libspecprof_cupti.so}; wrap ${WRAP:-none}; graphs ${GRAPHS:-on}"
   ls -d "$(dirname "$P")"/../lib/python3*/site-packages/nvidia*cupti* 2>/dev/null
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 } > "$OUT/summary.txt"
@@ -30,7 +32,7 @@ for i in $(seq 1 "$runs"); do
   t0=$(date +%s.%N)
   PYTHONFAULTHANDLER=1 SPECPROF_CUPTI_DEBUG=1 build/specprof run -q --interval 0 --cupti on \
     --cupti-lib "${CUPTI_LIB:-build/libspecprof_cupti.so}" --preset sglang-eagle -o "$d/sp" "$@" -- \
-    ${WRAP:-} "$P" bench/gpu/spec_loop.py --worker sglang --graphs on --cycles "$cycles" --noise-scale 0.0518613 \
+    ${WRAP:-} "$P" bench/gpu/spec_loop.py --worker sglang --graphs "${GRAPHS:-on}" --cycles "$cycles" --noise-scale 0.0518613 \
     --result "$d/result.json" > "$d/stdout.txt" 2> "$d/stderr.txt"
   rc=$?
   t1=$(date +%s.%N)
@@ -42,8 +44,9 @@ rep=json.load(open(sys.argv[1]))
 g=(rep.get("processes") or [{}])[0].get("gpu") or {}
 l=rep.get("loss") or {}
 r=json.load(open(sys.argv[2])) if sys.argv[2] else {}
-print("detached %s (wait %.2f ms), refused %s; GPU switches %s (%.3f ms, max %.3f ms); launches without API record %s, outside windows %s; %.1f tok/s" % (
+print("detached %s (wait %.2f ms), refused %s; windows %s, stopped at graphs %s; GPU switches %s (%.3f ms, max %.3f ms); launches without API record %s, outside windows %s; %.1f tok/s" % (
       g.get("lib_cupti_detaches", 0), g.get("lib_detach_stall_ns", 0) / 1e6, g.get("lib_cupti_detach_refused", 0),
+      ((rep.get("processes") or [{}])[0].get("gpu_duty") or {}).get("windows", 0), g.get("lib_duty_stopped_graphs", 0),
       g.get("lib_gpu_switches", 0), g.get("lib_gpu_switch_ns", 0) / 1e6, g.get("lib_gpu_switch_max_ns", 0) / 1e6,
       l.get("launches_without_cupti_api_record", 0), l.get("launches_outside_gpu_windows", 0), r.get("tok_s") or 0))' \
       "$d/sp/report.json" "$([ -s "$d/result.json" ] && echo "$d/result.json")" 2>&1)"

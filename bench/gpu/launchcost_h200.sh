@@ -5,7 +5,9 @@
 # Methods: none, ebpf (specprof --cupti off), full (--cupti on), torchprof (torch.profiler), and
 # full's parts: idle (subscribed, a 1 ms window a minute), nocb (no launch callbacks), offset
 # (no timestamp callback), kapi (kernel and API records only), noapi (no API records: the agent
-# cannot join then; what the API records cost), apiall (every API call's record).
+# cannot join then; what the API records cost), apiall (every API call's record); and through
+# CUPTI's activity API alone, never subscribed to its callbacks (SPECPROF_CUPTI_SUBSCRIBE=0): nosub
+# (as full), nosubk (kernel records only: no join), nosubapi (API records only).
 # Output under $OUT (default /tmp/launchcost): METHOD-REP.json per run, table.md.
 set -u
 P=${PYTHON:-/opt/torch/.venv/bin/python3}
@@ -51,6 +53,9 @@ one() { # METHOD REP
   kapi) SPECPROF_CUPTI_KINDS=kernel,api sp on -- "${res[@]}" ;;
   noapi) SPECPROF_CUPTI_KINDS=kernel,memcpy,memset,sync,overhead sp on -- "${res[@]}" ;;
   apiall) SPECPROF_CUPTI_API=all sp on -- "${res[@]}" ;;
+  nosub) SPECPROF_CUPTI_SUBSCRIBE=0 sp on -- "${res[@]}" ;;
+  nosubk) SPECPROF_CUPTI_SUBSCRIBE=0 SPECPROF_CUPTI_KINDS=kernel sp on -- "${res[@]}" ;;
+  nosubapi) SPECPROF_CUPTI_SUBSCRIBE=0 SPECPROF_CUPTI_KINDS=api sp on -- "${res[@]}" ;;
   *) echo "unknown method $1" >&2; return 2 ;;
   esac > /dev/null
 }

@@ -24,6 +24,28 @@
 #              the whole driver domain's callbacks: no crash in 6 runs, but about 4,600 launches a
 #              run lost their API record): the 2ms/10ms stress that crashed 6 of 8 runs before, with
 #              the losses per run; the duty cost on the graph loop; the pinned launch cost with eBPF.
+#   s9b        (issue 6) s9 ran in session 9: no crash in 6 runs, but about 3,700 launches a run
+#              inside windows still lost their API record. Where in the window (bench/gpu/joinloss.sh:
+#              as shipped, only the GPU kinds windowed, only the API kinds windowed, no windows); and
+#              CUPTI's activity API without its callbacks (SPECPROF_CUPTI_SUBSCRIBE=0): its cost on
+#              the graph loop and per launch.
+#   s9c        (issue 6) s9b found the windows empty: no kernel record in any window, and 89 % of the
+#              windows' launches without API record, when the sender switched the API kinds on and an
+#              application thread the GPU kinds; either switched alone recorded everything. The fix
+#              (every windowed kind goes on in the application thread's switch), checked: joins and
+#              kernels per window (100ms/1s, 2ms/10ms), the crash stress with windows that record,
+#              the duty cost.
+#   s9d        (issue 6) s9c: with windows that record, the 2ms/10ms stress crashed the graph loop in 3
+#              of 5 runs (heap corruption in a CUDA thread) although application threads switched. Now no
+#              window opens once the process has built CUDA graphs: does switching crash the eager loop
+#              (no graphs) too, and does the graph loop run clean with the windows stopped?
+#   s9e        (issue 6) s9d: the eager loop crashed too (4 of 4 runs, 2ms/10ms). The sender and the
+#              application thread that switches no longer call CUPTI at the same time (cupti_mu, taken
+#              with trylock by the application thread): the same stress again.
+#   s9f        (issue 6) s9e: still 5 of 5 (a segfault in the interpreter: heap corruption). Switches
+#              are now applied only at the exit of a call that waits for the GPU (stream, context or
+#              event synchronisation, a synchronous copy to the host): the eager stress, and the graph
+#              stress with the windows kept going after the capture (SPECPROF_CUPTI_DUTY_GRAPHS=1).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -89,12 +111,42 @@ s9)
   PIN=1 OUT=$OUT/lcpin bash bench/gpu/launchcost_h200.sh 3 40 none ebpf full idle torchprof
   (cd "$OUT" && tar czf lcpin.tgz lcpin && rm -f lcpin/*.json)
   ;;
+s9b)
+  OUT=$OUT/joinloss bash bench/gpu/joinloss.sh 3000 duty gpuonly apionly full
+  (cd "$OUT" && tar czf joinloss.tgz joinloss && rm -rf joinloss)
+  suite nosub --workloads eagle-graph --methods none,full,fullnosub --reps 3 --eagle-cycles 3000 --budget-s 170 \
+    --run-timeout-s 45
+  PIN=1 OUT=$OUT/lcpin bash bench/gpu/launchcost_h200.sh 3 40 none ebpf full idle nosub nosubk nosubapi
+  (cd "$OUT" && tar czf lcpin.tgz lcpin && rm -f lcpin/*.json)
+  ;;
+s9c)
+  OUT=$OUT/joinloss bash bench/gpu/joinloss.sh 3000 duty short
+  (cd "$OUT" && tar czf joinloss.tgz joinloss && rm -rf joinloss)
+  OUT=$OUT/stress bash bench/gpu/crashhunt.sh 5 3000 -- --cupti-duty 2ms/10ms
+  (cd "$OUT" && tar czf stress.tgz stress && rm -rf stress)
+  suite dutyapp --workloads eagle-graph --methods none,full,fullduty --reps 3 --eagle-cycles 3000 --budget-s 170 \
+    --run-timeout-s 45
+  ;;
+s9d)
+  OUT=$OUT/eager GRAPHS=off bash bench/gpu/crashhunt.sh 4 3000 -- --cupti-duty 2ms/10ms
+  OUT=$OUT/graph bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 2ms/10ms
+  (cd "$OUT" && tar czf stress.tgz eager graph && rm -rf eager graph)
+  ;;
+s9e)
+  OUT=$OUT/eager GRAPHS=off bash bench/gpu/crashhunt.sh 5 3000 -- --cupti-duty 2ms/10ms
+  (cd "$OUT" && tar czf stress.tgz eager && rm -rf eager)
+  ;;
+s9f)
+  OUT=$OUT/eager GRAPHS=off bash bench/gpu/crashhunt.sh 4 3000 -- --cupti-duty 2ms/10ms
+  OUT=$OUT/graph SPECPROF_CUPTI_DUTY_GRAPHS=1 bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 2ms/10ms
+  (cd "$OUT" && tar czf stress.tgz eager graph && rm -rf eager graph)
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|guard" >&2
   exit 2
   ;;
 esac

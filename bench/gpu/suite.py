@@ -64,8 +64,10 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # switched off before it subscribes to CUPTI (SPECPROF_CUPTI_DISABLE=1), fullduty without OVERHEAD.
 # fulldetach, fulldetachlong and idledetach: fullduty, fulldutylong and fullidle limited to a few
 # windows (--cupti-windows), after which CUPTI is detached for good (--cupti-detach).
+# fullnosub: (c) through CUPTI's activity API alone, never subscribed to its callbacks
+# (SPECPROF_CUPTI_SUBSCRIBE=0): what the subscription costs a fully traced run.
 EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean", "fullev",
-                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach"]
+                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub"]
 LABEL = {
     "none": "(a) none",
     "ebpf": "(b) specprof eBPF only",
@@ -88,15 +90,16 @@ LABEL = {
     "fulldetach": "(c12) as (c4), 6 windows, then CUPTI detached (--cupti-windows 6 --cupti-detach)",
     "fulldetachlong": "(c13) as (c6), 2 windows, then CUPTI detached (--cupti-windows 2 --cupti-detach)",
     "idledetach": "(c14) as (c7), 1 window, then CUPTI detached (--cupti-windows 1 --cupti-detach)",
+    "fullnosub": "(c15) as (c), CUPTI's activity API without its callbacks (SPECPROF_CUPTI_SUBSCRIBE=0)",
     "calib": "calibration",
 }
 TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-profiler",
           "v3": "v3", "v4": "v4", "cudaev": "cuda-events", "fullall": "none", "fulllean": "none",
           "fullduty": "none", "fullgraph": "none", "fulldutylong": "none", "fullidle": "none", "ebpflean": "none",
           "fullev": "cuda-events", "idlenoov": "none", "idleoff": "none", "dutynoov": "none",
-          "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none"}
+          "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none", "fullnosub": "none"}
 CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "fullev",
-                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach")
+                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub")
 # Methods that trace the GPU 1 ms a minute, or not at all: no GPU figures expected.
 IDLE_METHODS = ("fullidle", "idlenoov", "idleoff", "idledetach")
 DETACH_METHODS = ("fulldetach", "fulldetachlong", "idledetach")
@@ -116,7 +119,7 @@ NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows")
 # Seconds a run is expected to take before one was seen (budget planning).
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
 EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0, "fullev": 10.0, "idlenoov": 10.0, "idleoff": 10.0, "dutynoov": 10.0,
-             "fulldetach": 10.0, "fulldetachlong": 10.0, "idledetach": 10.0,
+             "fulldetach": 10.0, "fulldetachlong": 10.0, "idledetach": 10.0, "fullnosub": 10.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
@@ -601,6 +604,8 @@ class Suite:
             env["SPECPROF_CUPTI_KINDS"] = "kernel,memcpy,memset,api,sync"
         if method == "idleoff":
             env["SPECPROF_CUPTI_DISABLE"] = "1"
+        if method == "fullnosub":
+            env["SPECPROF_CUPTI_SUBSCRIBE"] = "0"
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -294,9 +294,9 @@ func TestCUPTIDetachGraphs(t *testing.T) {
 
 // TestCUPTIDutyGraphSwitch: CUPTI's GPU activity kinds are never switched
 // while another thread is inside a CUDA graph launch. On the H200 that
-// crashed the graph loop (7 of 8 runs with 2ms/10ms windows); the library
-// now hands each switch to the next application thread leaving a driver
-// call. Short windows on the graph workload (one launching thread, as the
+// crashed the graph loop (6 of 8 runs with 2ms/10ms windows); the library
+// now hands each switch to the next application thread that leaves a call
+// waiting for the GPU (a stream synchronisation here). Short windows on the graph workload (one launching thread, as the
 // H200 loop; windows kept going after the graph capture:
 // SPECPROF_CUPTI_DUTY_GRAPHS=1); the mock CUPTI counts switches made while a
 // launch is in progress on another thread.
@@ -329,7 +329,7 @@ func TestCUPTIDutyGraphSwitch(t *testing.T) {
 
 // TestCUPTIDutyStopsAtGraphs: no window opens once the process has built
 // CUDA graphs (on the H200, switching CUPTI's tracing while graphs replay
-// crashed the graph loop, about once per thousand switches, even when the
+// crashed the graph loop, about once per 650 switches, even when the
 // launching thread switched). The graph workload captures its graphs in the
 // first window: that one closes as due, no other opens, its cycles keep GPU
 // figures, the later ones CPU figures only, and the report says why.

@@ -254,7 +254,7 @@ static int g_no_detach;       /* under detach_mu: exit began, no new request */
 static pthread_mutex_t detach_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong g_detaches, g_detach_stall_ns, g_detach_refused;
 /* 1: windows stopped opening because the process had built CUDA graphs. Switching at the exit of any
- * call crashed the H200 graph loop about once per thousand switches (see g_gs; 100ms/1s windows: 1 of
+ * call crashed the H200 graph loop about once per 650 switches (see g_gs; 100ms/1s windows: 1 of
  * about 50 runs). Switching only where the application waits for the GPU ran 1,500 switches of the
  * graph loop without a crash: too few yet to rule out that rate, so graph processes keep the guard. */
 static atomic_ullong g_duty_stopped;
