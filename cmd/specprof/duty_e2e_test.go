@@ -330,9 +330,10 @@ func TestCUPTIDutyGraphSwitch(t *testing.T) {
 // TestCUPTIDutyStopsAtGraphs: no window opens once the process has built
 // CUDA graphs (on the H200, switching CUPTI's tracing while graphs replay
 // crashed the graph loop, about once per 650 switches, even when the
-// launching thread switched). The graph workload captures its graphs in the
-// first window: that one closes as due, no other opens, its cycles keep GPU
-// figures, the later ones CPU figures only, and the report says why.
+// launching thread switched). The graph workload captures its graphs at
+// once: in the first window (which closes as due) or before it could open
+// (its switch waits for a stream synchronisation); no other window opens,
+// the later cycles have CPU figures only, and the report says why.
 func TestCUPTIDutyStopsAtGraphs(t *testing.T) {
 	const cycles = 400
 	rep, m, out := runGraphMock(t, cycles, nil, "--cupti-duty", "100ms/300ms")
@@ -341,8 +342,8 @@ func TestCUPTIDutyStopsAtGraphs(t *testing.T) {
 	if g == nil || p.Duty == nil {
 		t.Fatalf("report: GPU %+v, duty %+v", g, p.Duty)
 	}
-	if g.DutyStopped != 1 || p.Duty.Windows != 1 || g.GPUSwitches != 2 {
-		t.Errorf("duty %+v, %d switches, stopped %d: want one window, switched on and off, then no more",
+	if g.DutyStopped != 1 || p.Duty.Windows > 1 || g.GPUSwitches != 2*uint64(p.Duty.Windows) {
+		t.Errorf("duty %+v, %d switches, stopped %d: want at most one window, switched on and off, then no more",
 			p.Duty, g.GPUSwitches, g.DutyStopped)
 	}
 	if m.SwitchInGraphLaunch != 0 {
@@ -351,7 +352,12 @@ func TestCUPTIDutyStopsAtGraphs(t *testing.T) {
 	if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 || l.LaunchesUntraced == 0 {
 		t.Errorf("losses: %+v", l)
 	}
-	checkPartlyTraced(t, p, cycles)
+	// A 100 ms window holds at most about 40 of the workload's 2.7 ms cycles.
+	for _, th := range p.Threads {
+		if th.TID == p.PID && (th.Cycles != cycles || th.Untraced < cycles-50) {
+			t.Errorf("main thread: %d cycles, %d outside the windows: want %d, nearly all outside", th.Cycles, th.Untraced, cycles)
+		}
+	}
 	for _, want := range []string{"GPU tracing windows stopped once the process built CUDA graphs",
 		"no more GPU tracing windows: this process has built CUDA graphs"} {
 		if !strings.Contains(string(out), want) {

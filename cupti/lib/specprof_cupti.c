@@ -784,15 +784,17 @@ static void disable_collection(void) {
         return;
     }
     uint32_t gpu = (g_enabled_types | g_duty_types) & K_GPU;
+    /* First, so that a window's opening switch (which carries its API kinds) is either cancelled or
+     * applied before those kinds go off below. Without callbacks the GPU kinds stay on (their records
+     * are dropped and counted) rather than be switched under a launch. */
+    if (g_sub) (void)gpu_switch_post(0, gpu);
     if (g_wstate != W_CLOSED) {
         window_api(0, 0);
         g_wstate = W_CLOSED;
     }
     set_driver_callbacks(0);
     apply_kinds(g_enabled_types & ~K_GPU, 0);
-    /* Without callbacks the GPU kinds stay on (their records are dropped and counted) rather than be
-     * switched under a launch. */
-    if (g_sub) (void)gpu_switch_post(0, gpu);
+    if (g_gs_cb) set_switch_callbacks(1); /* the GPU kinds' switch off is still to be applied */
     g_enabled_types = 0;
 }
 
