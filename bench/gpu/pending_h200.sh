@@ -46,6 +46,10 @@
 #              are now applied only at the exit of a call that waits for the GPU (stream, context or
 #              event synchronisation, a synchronous copy to the host): the eager stress, and the graph
 #              stress with the windows kept going after the capture (SPECPROF_CUPTI_DUTY_GRAPHS=1).
+#   s10        (issue 6) prepared in session 9: whether the graph guard can go (5 more graph-loop runs
+#              at 2ms/10ms with the guard lifted, about 3,800 switches: at the old rate of one crash per
+#              650, no crash in them has a 0.3 % chance), and the duty cost with windows that record on
+#              the eager loop and HF (§13 measured it on the graph loop only). About 8 minutes.
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -141,12 +145,19 @@ s9f)
   OUT=$OUT/graph SPECPROF_CUPTI_DUTY_GRAPHS=1 bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 2ms/10ms
   (cd "$OUT" && tar czf stress.tgz eager graph && rm -rf eager graph)
   ;;
+s10)
+  OUT=$OUT/graph SPECPROF_CUPTI_DUTY_GRAPHS=1 bash bench/gpu/crashhunt.sh 5 3000 -- --cupti-duty 2ms/10ms
+  (cd "$OUT" && tar czf stress.tgz graph && rm -rf graph)
+  suite eagerduty --workloads eagle-eager --methods none,full,fullduty --reps 3 --eagle-cycles 3000 \
+    --budget-s 200 --run-timeout-s 60
+  suite hfduty --workloads hf --methods none,full,fullduty --reps 1 --budget-s 150 --run-timeout-s 120
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|guard" >&2
   exit 2
   ;;
 esac
