@@ -176,6 +176,11 @@ func (j *Joiner[K]) Launch(pid, tid int, ktime uint64, key K) {
 				j.st.PreemptedLaunches++
 			}
 		}
+		if i >= 0 && ktime < th.as[i].start && th.as[i].state == apiMatched {
+			// Before the record's start and the record has its launch
+			// already: this launch's own record was lost (see API).
+			i = -1
+		}
 		if i >= 0 {
 			p.matchLaunch(ki, kg)
 			e := &th.as[i]
@@ -220,11 +225,23 @@ func (j *Joiner[K]) API(r *APIRecord) {
 	c.start, c.end, c.state = r.Start, end, csPending
 	th := p.thread(r.TID)
 
-	// Launches inside the window: the first one names the key.
+	// Launches inside the window: the first one names the key. Those in
+	// the slack before the record's start (a uprobe fires before CUPTI's
+	// entry callback takes the start) belong to it only when no launch
+	// lies inside it: otherwise they are earlier calls whose own records
+	// were lost, and claiming them would hide that loss and put their
+	// launch's key on this record's GPU work.
 	var ki int32 = -1
 	var kg uint32
 	if th.lh < len(th.ls) {
-		for i := th.lowerLaunch(satSub(r.Start, j.slack)); i < len(th.ls) && th.ls[i].t <= end; i++ {
+		from := th.lowerLaunch(satSub(r.Start, j.slack))
+		if in := th.lowerLaunch(r.Start); in > from && th.liveIn(in, end) {
+			if th.liveIn(from, r.Start-1) {
+				j.st.PrefixSkipped++
+			}
+			from = in
+		}
+		for i := from; i < len(th.ls) && th.ls[i].t <= end; i++ {
 			e := &th.ls[i]
 			if e.key < 0 {
 				continue

@@ -172,6 +172,17 @@ func (t *thread) lowerLaunch(x uint64) int {
 	return lo
 }
 
+// liveIn reports whether a launch still waiting for its record lies at
+// index i or later with t <= x.
+func (t *thread) liveIn(i int, x uint64) bool {
+	for ; i < len(t.ls) && t.ls[i].t <= x; i++ {
+		if t.ls[i].key >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // trimLaunches drops decided entries at the front and returns how many.
 func (t *thread) trimLaunches() int {
 	n := 0

@@ -270,6 +270,10 @@ type Stats struct {
 	UntracedLaunches  uint64 // launches without API record made while none were recorded (Options.Untraced)
 	LateLaunches      uint64 // launches whose key was already finalized (their records count as Late)
 	SharedAPI         uint64 // launches inside an API record another launch had already matched
+	// PrefixSkipped counts API records whose slack before their start held
+	// launches that were left to their own (lost) records, as a launch lay
+	// inside the record.
+	PrefixSkipped     uint64
 	PreemptedLaunches uint64 // of MatchedLaunches, matched by the InOrder rule (before the record's start - Slack)
 
 	MatchedAPIs   uint64 // API records with a launch
