@@ -360,7 +360,7 @@ static uint8_t g_counted[SPC_MAX_CBID]; /* the calls counted in flight: tracked 
 /* The driver calls that return only once the GPU work before them is done (context, stream and event
  * synchronisation, synchronous device-to-host copies: cupti_driver_cbid.h): a posted switch is applied
  * at their exit only. On the H200, switching CUPTI's GPU kinds at the exit of any call (a launch's
- * included) crashed the eager and the graph loop alike (9 of 9 runs with 2 ms windows every 10 ms:
+ * included) crashed the eager and the graph loop alike (13 of 15 runs with 2 ms windows every 10 ms:
  * heap corruption, SIGSEGV in the interpreter), whichever thread switched; with the kernels of the
  * switching thread's stream all done, nothing of theirs is in flight. Work on other streams may be. */
 static const uint16_t drain_cbids[] = {17, 45, 121, 126, 278, 305, 398, 408, 440, 800};
@@ -380,7 +380,7 @@ static void finalize_here(void);
 /* Switching the GPU activity kinds (kernels, copies, sets) on an application thread. On the H200,
  * switching them while GPU work was in flight crashed the process (heap corruption: SIGSEGV, SIGABRT),
  * from the sender (6 of 8 graph-loop runs with 2 ms windows every 10 ms; 0 of 4 with only the API
- * kinds switched) and from the exit of any driver call of the application thread alike (9 of 9 eager
+ * kinds switched) and from the exit of any driver call of the application thread alike (13 of 15 eager
  * and graph runs). So the sender never switches them: it posts the switch and turns on the callbacks
  * of the calls that wait for the GPU (g_drain), and the next application thread that leaves one
  * applies it there: 0 of 6 runs crashed (5,800 switches in the eager loop, 1,500 in the graph loop).
