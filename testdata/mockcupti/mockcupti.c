@@ -454,11 +454,14 @@ static uint32_t api_thread_id(const simgpu_api_rec *r) {
     return (uint32_t)(uintptr_t)pthread_self();
 }
 
-/* The hazard the H200 showed (specprof_cupti.c, g_gs): a GPU activity kind switched while another
- * thread is inside a CUDA graph launch crashed the process. Counted, never harmful here. */
+/* The hazards the H200 showed (specprof_cupti.c, g_gs): a GPU activity kind switched while another
+ * thread is inside a CUDA graph launch, or at all while GPU work is in flight, crashed the process.
+ * Counted, never harmful here. The simulated GPU schedules each operation when it is launched, so
+ * work is in flight while the latest end scheduled so far lies ahead. */
 static atomic_int n_in_graph_launch;
 static __thread int t_in_graph_launch;
-static atomic_ullong n_gpu_switch_in_launch;
+static atomic_ullong n_gpu_switch_in_launch, n_gpu_switch_in_flight;
+static _Atomic uint64_t last_gpu_end;
 
 static int is_graph_launch(const char *api) { return !strncmp(api, "cuGraphLaunch", 13); }
 
@@ -466,6 +469,7 @@ static void note_switch(uint32_t kind) {
     if (kind != KIND_CONCURRENT_KERNEL && kind != KIND_MEMCPY && kind != KIND_MEMSET && kind != KIND_GRAPH_TRACE)
         return;
     if (atomic_load(&n_in_graph_launch) - t_in_graph_launch > 0) atomic_fetch_add(&n_gpu_switch_in_launch, 1);
+    if (atomic_load(&last_gpu_end) > mono_ns()) atomic_fetch_add(&n_gpu_switch_in_flight, 1);
 }
 
 static void on_api_enter(const simgpu_api_rec *r) {
@@ -568,6 +572,9 @@ static void on_gpu_op(const simgpu_gpu_rec *r) {
     uint32_t ctx;
     const char *name;
     int fire_clone = 0;
+    uint64_t e = atomic_load(&last_gpu_end);
+    while (r->end > e && !atomic_compare_exchange_weak(&last_gpu_end, &e, r->end)) {
+    }
     pthread_mutex_lock(&mu);
     ctx = ctx_id_locked(r->context);
     learn_stream_locked(r->stream, r->stream_id);
@@ -678,7 +685,8 @@ static void write_stats(void) {
             "\"api\":%llu,\"sync\":%llu,\"overhead\":%llu},\"dropped\":%llu,\"driver_callbacks\":%llu,"
             "\"resource_callbacks\":%llu,\"buffers_delivered\":%llu,\"flushes\":%llu,\"subscribes\":%llu,"
             "\"finalizes\":%llu,\"finalize_outside_exit_callback\":%llu,\"calls_while_detached\":%llu,"
-            "\"finalize_with_graphs\":%llu,\"gpu_switch_in_graph_launch\":%llu,\"warnings\":[",
+            "\"finalize_with_graphs\":%llu,\"gpu_switch_in_graph_launch\":%llu,\"gpu_switch_in_flight\":%llu,"
+            "\"warnings\":[",
             cfg.version, atomic_load(&ever_enabled) ? "true" : "false",
             (unsigned long long)n_records[KIND_CONCURRENT_KERNEL], (unsigned long long)n_records[KIND_MEMCPY],
             (unsigned long long)n_records[KIND_MEMSET], (unsigned long long)n_records[KIND_DRIVER],
@@ -687,7 +695,8 @@ static void write_stats(void) {
             (unsigned long long)n_delivered_buffers, (unsigned long long)n_flushes,
             (unsigned long long)n_subscribes, (unsigned long long)n_finalizes,
             (unsigned long long)n_finalize_outside_exit, (unsigned long long)n_calls_detached,
-            (unsigned long long)n_finalize_with_graphs, (unsigned long long)n_gpu_switch_in_launch);
+            (unsigned long long)n_finalize_with_graphs, (unsigned long long)n_gpu_switch_in_launch,
+            (unsigned long long)n_gpu_switch_in_flight);
     for (int i = 0; i < nwarn; i++) fprintf(f, "%s\"%s\"", i ? "," : "", warnings[i]);
     fprintf(f, "]}\n");
     fclose(f);
