@@ -402,31 +402,33 @@ func TestSharedAPI(t *testing.T) {
 // the record, its key and its GPU work (then understated in k2's cycle and
 // wrongly added to k1's).
 func TestLostRecordPrefix(t *testing.T) {
-	r := newRec()
-	j := newJoiner(t, r, Options[Key]{Slack: 50})
-	j.Launch(1, 11, 100, k1) // its record never comes
-	j.Launch(1, 11, 140, k2)
-	j.API(api(1, 11, 8, 130, 150))
-	j.GPU(kern(1, 8, 160, 170, 1))
-	j.AdvanceCPU(1, 1000)
-	j.AdvanceGPU(1, 5000)
-	s := j.Stats()
-	checkIdentities(t, s)
-	if s.UnmatchedLaunches != 1 || s.SharedAPI != 0 || s.PrefixSkipped != 1 || r.finals[k2].Kernels != 1 ||
-		r.finals[k1].Kernels != 0 || r.finals[k1].MatchedLaunches != 0 {
-		t.Fatalf("%+v; k1 %+v; k2 %+v", s, r.finals[k1], r.finals[k2])
-	}
-	// Alone before the record, a launch is its (the uprobe fired before
-	// CUPTI took the start).
-	r = newRec()
-	j = newJoiner(t, r, Options[Key]{Slack: 50})
-	j.Launch(1, 11, 100, k1)
-	j.API(api(1, 11, 8, 130, 150))
-	j.GPU(kern(1, 8, 160, 170, 1))
-	j.AdvanceCPU(1, 1000)
-	j.AdvanceGPU(1, 5000)
-	if s := j.Stats(); s.MatchedLaunches != 1 || s.PrefixSkipped != 0 || r.finals[k1].Kernels != 1 {
-		t.Fatalf("%+v; k1 %+v", s, r.finals[k1])
+	for _, c := range []struct {
+		name    string
+		inside  bool // a second launch lies inside the record
+		skipped uint64
+		k1      int // kernels joined to k1
+	}{
+		{"lost record before another launch's", true, 1, 0},
+		// Alone before the record, a launch is its (the uprobe fired
+		// before CUPTI took the start).
+		{"preempted launch", false, 0, 1},
+	} {
+		r := newRec()
+		j := newJoiner(t, r, Options[Key]{Slack: 50})
+		j.Launch(1, 11, 100, k1)
+		if c.inside {
+			j.Launch(1, 11, 140, k2)
+		}
+		j.API(api(1, 11, 8, 130, 150))
+		j.GPU(kern(1, 8, 160, 170, 1))
+		j.AdvanceCPU(1, 1000)
+		j.AdvanceGPU(1, 5000)
+		s := j.Stats()
+		checkIdentities(t, s)
+		if s.PrefixSkipped != c.skipped || s.SharedAPI != 0 || r.finals[k1].Kernels != c.k1 ||
+			(c.inside && (s.UnmatchedLaunches != 1 || r.finals[k1].MatchedLaunches != 0 || r.finals[k2].Kernels != 1)) {
+			t.Errorf("%s: %+v; k1 %+v; k2 %+v", c.name, s, r.finals[k1], r.finals[k2])
+		}
 	}
 }
 

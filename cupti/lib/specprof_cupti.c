@@ -97,9 +97,9 @@ static struct {
      * calling back for each one. */
     int no_launch_cb;
     int clock_offset;
-    /* SPECPROF_CUPTI_SUBSCRIBE=0: the activity API alone, without cuptiSubscribe (whose mere
-     * presence costs every CUDA call): no callbacks at all, so no duty cycling, no detach, no late
-     * agent's GPU records, and graph nodes are not tied to their creating launch. */
+    /* SPECPROF_CUPTI_SUBSCRIBE=0 (a cost experiment): the activity API alone, without cuptiSubscribe:
+     * no callbacks at all, so no duty cycling, no detach, no late agent's GPU records, and graph nodes
+     * are not tied to their creating launch. On the H200 it saved 0.4 of 5.5 µs per traced launch. */
     int no_subscribe;
     uint32_t duty_mask; /* SPECPROF_CUPTI_DUTY_KINDS: the kinds windows switch (default all of K_WINDOWED) */
     int duty_graphs;    /* SPECPROF_CUPTI_DUTY_GRAPHS=1: keep opening windows in a process with CUDA graphs
