@@ -146,9 +146,12 @@ func testCUPTIDuty(t *testing.T, detach bool) {
 			}
 		}
 	}
-	if traced == 0 || untraced != main.Untraced+main.GPUPartial || traced+untraced != cycles {
-		t.Errorf("%d traced and %d untraced cycle timelines; report: %d cycles, %d untraced, %d begun before the connection",
-			traced, untraced, cycles, main.Untraced, main.GPUPartial)
+	// Cycles without GPU figures: outside the windows, begun before the
+	// connection, or with a launch whose API record never came (rare here:
+	// one run in about 25 had one, its launch counted outside the windows).
+	if traced == 0 || untraced != main.Untraced+main.GPUPartial+main.GPULost || traced+untraced != cycles {
+		t.Errorf("%d traced and %d untraced cycle timelines; report: %d cycles, %d untraced, %d begun before the connection, %d incomplete",
+			traced, untraced, cycles, main.Untraced, main.GPUPartial, main.GPULost)
 	}
 	t.Logf("%d cycles traced, %d outside the windows; duty %+v", traced, untraced, *p.Duty)
 }
