@@ -7,7 +7,10 @@
 # (no timestamp callback), kapi (kernel and API records only), noapi (no API records: the agent
 # cannot join then; what the API records cost), apiall (every API call's record); and through
 # CUPTI's activity API alone, never subscribed to its callbacks (SPECPROF_CUPTI_SUBSCRIBE=0): nosub
-# (as full), nosubk (kernel records only: no join), nosubapi (API records only).
+# (as full), nosubk (kernel records only: no join), nosubapi (API records only). What idle's
+# standing cost is made of: idlenoov (idle without CUPTI's overhead records), injcb (subscribed,
+# launch callbacks on, no kind ever enabled), inj (subscribed, no callback, no kind), injnosub
+# (CUPTI loaded and its buffers registered, nothing subscribed or enabled).
 # Output under $OUT (default /tmp/launchcost): METHOD-REP.json per run, table.md.
 set -u
 P=${PYTHON:-/opt/torch/.venv/bin/python3}
@@ -56,6 +59,10 @@ one() { # METHOD REP
   nosub) SPECPROF_CUPTI_SUBSCRIBE=0 sp on -- "${res[@]}" ;;
   nosubk) SPECPROF_CUPTI_SUBSCRIBE=0 SPECPROF_CUPTI_KINDS=kernel sp on -- "${res[@]}" ;;
   nosubapi) SPECPROF_CUPTI_SUBSCRIBE=0 SPECPROF_CUPTI_KINDS=api sp on -- "${res[@]}" ;;
+  idlenoov) SPECPROF_CUPTI_KINDS=kernel,memcpy,memset,api,sync sp on --cupti-duty 1ms/60s -- "${res[@]}" ;;
+  injcb) SPECPROF_CUPTI_KINDS=none sp on -- "${res[@]}" ;;
+  inj) SPECPROF_CUPTI_KINDS=none SPECPROF_CUPTI_LAUNCH_CALLBACKS=0 sp on -- "${res[@]}" ;;
+  injnosub) SPECPROF_CUPTI_KINDS=none SPECPROF_CUPTI_SUBSCRIBE=0 sp on -- "${res[@]}" ;;
   *) echo "unknown method $1" >&2; return 2 ;;
   esac > /dev/null
 }

@@ -50,6 +50,12 @@
 #              at 2ms/10ms with the guard lifted, about 3,800 switches: at the old rate of one crash per
 #              650, no crash in them has a 0.3 % chance), and the duty cost with windows that record on
 #              the eager loop and HF (§13 measured it on the graph loop only). About 8 minutes.
+#   s10b       (issue 6) what duty mode's standing cost is made of, per pinned eager launch
+#              (launchcost_h200.sh; session 10: too noisy, and its baseline method was missing).
+#   s10c       (issue 6) the same split as tok/s of the launch-bound eager loop (bench/gpu/idlecost.sh).
+#   s10d       (issue 6) s10c pinned, 4 reps, fewer methods (§14c).
+#   s11        (issue 6) prepared in session 10: which kind, once enabled and off again, leaves CUPTI
+#              costing the eager loop (6 reps; about 8 minutes).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -152,12 +158,32 @@ s10)
     --budget-s 200 --run-timeout-s 60
   suite hfduty --workloads hf --methods none,full,fullduty --reps 1 --budget-s 150 --run-timeout-s 120
   ;;
+s10b)
+  # What the duty mode's standing cost (idle, +1.3 µs a launch over eBPF, §13d) is made of.
+  PIN=1 OUT=$OUT/lcpin bash bench/gpu/launchcost_h200.sh 3 40 ebpf idle idlenoov injcb inj injnosub
+  ;;
+s10c)
+  # The same split on the launch-bound eager loop, where a microsecond per launch shows.
+  OUT=$OUT/idle bash bench/gpu/idlecost.sh 3 1500
+  (cd "$OUT" && tar czf idle.tgz idle && rm -rf idle)
+  ;;
+s10d)
+  # s10c was too noisy to split (none ranged 1059-1585 tok/s): pinned, more reps, fewer methods.
+  PIN=1 OUT=$OUT/idlepin bash bench/gpu/idlecost.sh 4 1000 none ebpf full idle injcb injnosub
+  (cd "$OUT" && tar czf idlepin.tgz idlepin && rm -rf idlepin)
+  ;;
+s11)
+  # Which kind, once enabled and off again, leaves CUPTI costing the eager loop (§14c); more reps
+  # than s10d, whose runs spread by ±30 %.
+  PIN=1 OUT=$OUT/idlekinds bash bench/gpu/idlecost.sh 6 1000 none ebpf full idle idlek idleapi injcb
+  (cd "$OUT" && tar czf idlekinds.tgz idlekinds && rm -rf idlekinds)
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|guard" >&2
   exit 2
   ;;
 esac
