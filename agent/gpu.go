@@ -44,8 +44,8 @@ type GPUStats struct {
 	GPUSwitchNs    uint64 `json:"lib_gpu_switch_ns,omitempty"`
 	GPUSwitchMaxNs uint64 `json:"lib_gpu_switch_max_ns,omitempty"`
 	// DutyStopped is 1 when duty-cycled windows stopped opening because the
-	// process had built CUDA graphs: switching CUPTI's tracing while graphs
-	// replay crashed such processes on the H200.
+	// process had built CUDA graphs (only with SPECPROF_CUPTI_DUTY_GRAPHS=0,
+	// the guard kept from before switches waited for the GPU).
 	DutyStopped uint64 `json:"lib_duty_stopped_graphs,omitempty"`
 }
 

@@ -272,13 +272,13 @@ func runGraphMock(t *testing.T, cycles int, env []string, flags ...string) (agen
 // TestCUPTIDetachGraphs: a process that built CUDA graphs under CUPTI is
 // never detached (on the H200 every graph-loop run that detached after its
 // graph capture failed in its next graph launches). With --cupti-windows 3
-// --cupti-detach on the graph workload (windows kept going after the graph
-// capture: SPECPROF_CUPTI_DUTY_GRAPHS=1) the three windows are traced, CUPTI
+// --cupti-detach on the graph workload (windows go on after the graph
+// capture) the three windows are traced, CUPTI
 // is not finalized, the workload runs to its end with its output unchanged,
 // and the report says why CUPTI stayed attached.
 func TestCUPTIDetachGraphs(t *testing.T) {
 	const cycles = 400
-	rep, m, out := runGraphMock(t, cycles, []string{"SPECPROF_CUPTI_DUTY_GRAPHS=1"}, "--cupti-duty", "100ms/300ms",
+	rep, m, out := runGraphMock(t, cycles, nil, "--cupti-duty", "100ms/300ms",
 		"--cupti-windows", "3", "--cupti-detach")
 	p := rep.Processes[0]
 	if m.Finalizes != 0 || m.FinalizeWithGraphs != 0 || m.CallsWhileDetached != 0 {
@@ -305,13 +305,13 @@ func TestCUPTIDetachGraphs(t *testing.T) {
 // 2ms/10ms windows); the library now hands each switch to the next
 // application thread that leaves a call waiting for the GPU (a stream
 // synchronisation here). Short windows on the graph workload (one launching
-// thread, as the H200 loop; windows kept going after the graph capture:
-// SPECPROF_CUPTI_DUTY_GRAPHS=1); the mock CUPTI counts switches made while a
+// thread, as the H200 loop; windows go on after the graph capture); the
+// mock CUPTI counts switches made while a
 // launch is in progress on another thread or while the simulated GPU has
 // work scheduled ahead.
 func TestCUPTIDutyGraphSwitch(t *testing.T) {
 	const cycles = 600
-	rep, m, out := runGraphMock(t, cycles, []string{"SPECPROF_CUPTI_DUTY_GRAPHS=1"}, "--cupti-duty", "8ms/16ms",
+	rep, m, out := runGraphMock(t, cycles, nil, "--cupti-duty", "8ms/16ms",
 		"--cupti-graphs", "node")
 	p := rep.Processes[0]
 	g := p.GPU
@@ -337,16 +337,16 @@ func TestCUPTIDutyGraphSwitch(t *testing.T) {
 	}
 }
 
-// TestCUPTIDutyStopsAtGraphs: no window opens once the process has built
-// CUDA graphs (on the H200, switching CUPTI's tracing while graphs replay
-// crashed the graph loop, about once per 650 switches, even when the
-// launching thread switched). The graph workload captures its graphs at
+// TestCUPTIDutyStopsAtGraphs: with SPECPROF_CUPTI_DUTY_GRAPHS=0 no window
+// opens once the process has built CUDA graphs (the guard kept as a safety
+// valve: on the H200, switching at any call's exit crashed the graph loop
+// about once per 650 switches). The graph workload captures its graphs at
 // once: in the first window (which closes as due) or before it could open
 // (its switch waits for a stream synchronisation); no other window opens,
 // the later cycles have CPU figures only, and the report says why.
 func TestCUPTIDutyStopsAtGraphs(t *testing.T) {
 	const cycles = 400
-	rep, m, out := runGraphMock(t, cycles, nil, "--cupti-duty", "100ms/300ms")
+	rep, m, out := runGraphMock(t, cycles, []string{"SPECPROF_CUPTI_DUTY_GRAPHS=0"}, "--cupti-duty", "100ms/300ms")
 	p := rep.Processes[0]
 	g := p.GPU
 	if g == nil || p.Duty == nil {

@@ -102,8 +102,8 @@ static struct {
      * are not tied to their creating launch. On the H200 it saved 0.4 of 5.5 µs per traced launch. */
     int no_subscribe;
     uint32_t duty_mask; /* SPECPROF_CUPTI_DUTY_KINDS: the kinds windows switch (default all of K_WINDOWED) */
-    int duty_graphs;    /* SPECPROF_CUPTI_DUTY_GRAPHS=1: keep opening windows in a process with CUDA graphs
-                         * (crash experiments only; see g_duty_stopped) */
+    int duty_graphs;    /* SPECPROF_CUPTI_DUTY_GRAPHS (default 1); 0: no window opens in a process that has
+                         * built CUDA graphs (see g_duty_stopped) */
 } cfg;
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -184,7 +184,7 @@ static void read_config(void) {
     cfg.no_launch_cb = env_u64("SPECPROF_CUPTI_LAUNCH_CALLBACKS", 1, 0, 1) == 0;
     cfg.clock_offset = getenv("SPECPROF_CUPTI_CLOCK") && !strcmp(getenv("SPECPROF_CUPTI_CLOCK"), "offset");
     cfg.no_subscribe = env_u64("SPECPROF_CUPTI_SUBSCRIBE", 1, 0, 1) == 0;
-    cfg.duty_graphs = env_u64("SPECPROF_CUPTI_DUTY_GRAPHS", 0, 0, 1) != 0;
+    cfg.duty_graphs = env_u64("SPECPROF_CUPTI_DUTY_GRAPHS", 1, 0, 1) != 0;
     const char *duty = getenv("SPECPROF_CUPTI_DUTY");
     if (cfg.no_subscribe && ((duty && *duty) || cfg.detach)) {
         /* Switching the GPU kinds safely needs an application thread's callback (see g_gs). */
@@ -253,10 +253,10 @@ static uint32_t g_windows;    /* sender: duty windows opened */
 static int g_no_detach;       /* under detach_mu: exit began, no new request */
 static pthread_mutex_t detach_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong g_detaches, g_detach_stall_ns, g_detach_refused;
-/* 1: windows stopped opening because the process had built CUDA graphs. Switching at the exit of any
- * call crashed the H200 graph loop about once per 650 switches (see g_gs; 100ms/1s windows: 1 of
- * about 50 runs). Switching only where the application waits for the GPU ran 1,500 switches of the
- * graph loop without a crash: too few yet to rule out that rate, so graph processes keep the guard. */
+/* 1: windows stopped opening because the process had built CUDA graphs (SPECPROF_CUPTI_DUTY_GRAPHS=0
+ * only). Switching at the exit of any call crashed the H200 graph loop about once per 650 switches
+ * (see g_gs). Switching only where the application waits for the GPU ran 5,295 switches of the graph
+ * loop without a crash (0.03 % likely at the old rate), so graph processes switch too by default. */
 static atomic_ullong g_duty_stopped;
 /* A CUDA graph node was created or cloned while CUPTI was subscribed. Launches of such graphs fail
  * once CUPTI is finalized (all 12 graph-loop runs that detached after graph capture on the H200,

@@ -112,7 +112,7 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 				g.GPUSwitches, ms(float64(g.GPUSwitchNs)), ms(float64(g.GPUSwitchMaxNs)))
 		}
 		if g := p.GPU; g != nil && g.DutyStopped > 0 {
-			fmt.Fprintf(w, "  GPU tracing windows stopped once the process built CUDA graphs: switching CUPTI's tracing while graphs replay crashed such processes (cupti/README.md); later cycles have CPU figures only\n")
+			fmt.Fprintf(w, "  GPU tracing windows stopped once the process built CUDA graphs (SPECPROF_CUPTI_DUTY_GRAPHS=0, cupti/README.md); later cycles have CPU figures only\n")
 		}
 		if g := p.GPU; g != nil && g.Detaches > 0 {
 			fmt.Fprintf(w, "  CUPTI detached once nothing more was to be traced (--cupti-detach): the application thread that ran the detach waited %s ms; no GPU records from this process after it\n",
