@@ -74,6 +74,9 @@ def parse_args(argv=None):
                         "PATH exists ('-': until stdin is closed) before the first cycle")
     p.add_argument("--sleep-before-cuda", type=float, default=0.0, metavar="S",
                    help="seconds to sleep before loading libcuda")
+    p.add_argument("--sleep-after-cuinit", type=float, default=0.0, metavar="S",
+                   help="seconds to sleep after cuInit, before any other CUDA call (an injected "
+                        "library then acts on its own first, e.g. detaches with nobody listening)")
     p.add_argument("--tp-rank", type=int, default=0, help="TP rank (log prefix)")
     p.add_argument("--tp-size", type=int, default=1,
                    help="tensor-parallel ranks: rank 0 (this process) starts ranks 1..N-1 as processes "
@@ -265,6 +268,8 @@ def _main(a):
         import presetcheck
         presetcheck.install()
     cuda = fakecuda.Cuda(device=a.device)
+    if a.sleep_after_cuinit > 0:
+        time.sleep(a.sleep_after_cuinit)
     kernels = Kernels(cuda, a.kernel_us)
     set_stack_depth(cuda, a.stack_depth)
 
