@@ -96,16 +96,9 @@ func (a *Agent) traced(pid int, first, last uint64) bool {
 	return false
 }
 
-// untraced tells the joiner whether a launch of pid at t that never got an
-// API record was made outside the tracing windows (not a loss); for one
-// inside, it notes where (debug log).
-func (a *Agent) untraced(pid int, t uint64) bool {
-	if a.traced(pid, t, t) {
-		a.noteLost(pid, t)
-		return false
-	}
-	return true
-}
+// untraced tells the joiner whether a launch of pid at t was made outside
+// the tracing windows: it gets no API record, and missing one is no loss.
+func (a *Agent) untraced(pid int, t uint64) bool { return !a.traced(pid, t, t) }
 
 // logLost logs where in their windows pid's launches without API record
 // were made (debug).

@@ -27,9 +27,10 @@ func (a *Agent) newJoiner() error {
 		InOrder: true,
 		// Duty-cycled tracing records no API records outside its windows:
 		// launches made there are not lost records.
-		Untraced: a.untraced,
-		OnFinal:  a.onGPUFinal,
-		OnJoin:   a.onGPUJoin,
+		Untraced:    a.untraced,
+		OnUnmatched: a.noteLost, // where in their windows records were lost (debug)
+		OnFinal:     a.onGPUFinal,
+		OnJoin:      a.onGPUJoin,
 	})
 	if err != nil {
 		return err

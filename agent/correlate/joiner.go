@@ -228,8 +228,9 @@ func (j *Joiner[K]) API(r *APIRecord) {
 	// Launches inside the window: the first one names the key. Those in
 	// the slack before the record's start (a uprobe fires before CUPTI's
 	// entry callback takes the start) belong to it only when no launch
-	// lies inside it: otherwise they are earlier calls whose own records
-	// were lost, and claiming them would hide that loss and put their
+	// lies inside it, and then only the latest of them: the others are
+	// earlier calls whose own records were lost (or never made, outside a
+	// duty window), and claiming them would hide that loss and put their
 	// launch's key on this record's GPU work.
 	var ki int32 = -1
 	var kg uint32
@@ -240,6 +241,17 @@ func (j *Joiner[K]) API(r *APIRecord) {
 				j.st.PrefixSkipped++
 			}
 			from = in
+		} else if in > from {
+			// Launches made outside a duty window never get a record: none
+			// of this record's.
+			last := th.lastLive(from, in, func(t uint64) bool { return !j.untraced(r.PID, t) })
+			switch {
+			case last < 0:
+				from = in
+			case last > from && th.liveIn(from, th.ls[last].t-1):
+				j.st.PrefixSkipped++
+				from = last
+			}
 		}
 		for i := from; i < len(th.ls) && th.ls[i].t <= end; i++ {
 			e := &th.ls[i]
@@ -260,7 +272,7 @@ func (j *Joiner[K]) API(r *APIRecord) {
 			// launch before the window, made after the thread's previous
 			// call returned.
 			if i := th.lowerLaunch(satSub(r.Start, j.slack)) - 1; i >= th.lh {
-				if e := &th.ls[i]; e.key >= 0 && e.t > th.prevEnd {
+				if e := &th.ls[i]; e.key >= 0 && e.t > th.prevEnd && !j.untraced(r.PID, e.t) {
 					ki, kg = e.key, e.gen
 					j.st.PreemptedLaunches++
 					p.matchLaunch(e.key, e.gen)
@@ -819,12 +831,21 @@ func (p *proc[K]) nonEmpty(th *thread, launches bool) *thread {
 	return nil
 }
 
+// untraced reports whether pid's launch at t was made while no API records
+// were recorded (Options.Untraced).
+func (j *Joiner[K]) untraced(pid int, t uint64) bool {
+	return j.o.Untraced != nil && j.o.Untraced(pid, t)
+}
+
 // unmatched decides a live launch at ktime t that never got an API record.
 func (p *proc[K]) unmatched(pid int, t uint64) {
-	if u := p.j.o.Untraced; u != nil && u(pid, t) {
+	if p.j.untraced(pid, t) {
 		p.j.st.UntracedLaunches++
 	} else {
 		p.j.st.UnmatchedLaunches++
+		if f := p.j.o.OnUnmatched; f != nil {
+			f(pid, t)
+		}
 	}
 	p.liveL--
 }

@@ -405,19 +405,26 @@ func TestLostRecordPrefix(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		inside  bool // a second launch lies inside the record
+		before  bool // a second launch lies between the first and the record's start
 		skipped uint64
 		k1      int // kernels joined to k1
 	}{
-		{"lost record before another launch's", true, 1, 0},
+		{"lost record before another launch's", true, false, 1, 0},
 		// Alone before the record, a launch is its (the uprobe fired
 		// before CUPTI took the start).
-		{"preempted launch", false, 0, 1},
+		{"preempted launch", false, false, 0, 1},
+		// Two before it: the later is its (an earlier launch made outside
+		// a duty window, or whose record was lost, stays unmatched).
+		{"lost record, then a preempted launch", false, true, 1, 0},
 	} {
 		r := newRec()
 		j := newJoiner(t, r, Options[Key]{Slack: 50})
 		j.Launch(1, 11, 100, k1)
 		if c.inside {
 			j.Launch(1, 11, 140, k2)
+		}
+		if c.before {
+			j.Launch(1, 11, 120, k2)
 		}
 		j.API(api(1, 11, 8, 130, 150))
 		j.GPU(kern(1, 8, 160, 170, 1))
@@ -426,9 +433,37 @@ func TestLostRecordPrefix(t *testing.T) {
 		s := j.Stats()
 		checkIdentities(t, s)
 		if s.PrefixSkipped != c.skipped || s.SharedAPI != 0 || r.finals[k1].Kernels != c.k1 ||
-			(c.inside && (s.UnmatchedLaunches != 1 || r.finals[k1].MatchedLaunches != 0 || r.finals[k2].Kernels != 1)) {
+			((c.inside || c.before) && (s.UnmatchedLaunches != 1 || r.finals[k1].MatchedLaunches != 0 || r.finals[k2].Kernels != 1)) {
 			t.Errorf("%s: %+v; k1 %+v; k2 %+v", c.name, s, r.finals[k1], r.finals[k2])
 		}
+	}
+}
+
+// TestUntracedPrefix: launches made outside a duty window (no API record
+// will come for them) lie in the slack before a record that arrives before
+// its own launch's event. The record must not take them: its launch, coming
+// next, would then find its record taken and count as lost, and the next
+// record would take the next untraced launch, and so on.
+func TestUntracedPrefix(t *testing.T) {
+	r := newRec()
+	o := Options[Key]{Slack: 50, InOrder: true, Untraced: func(pid int, t uint64) bool { return t < 110 }}
+	var lost []uint64
+	o.OnUnmatched = func(pid int, t uint64) { lost = append(lost, t) }
+	j := newJoiner(t, r, o)
+	j.Launch(1, 11, 90, k1) // outside the window
+	j.Launch(1, 11, 100, k1)
+	j.API(api(1, 11, 8, 130, 150)) // before its launch's event
+	j.API(api(1, 11, 9, 160, 170))
+	j.Launch(1, 11, 125, k2)
+	j.Launch(1, 11, 155, k2)
+	j.GPU(kern(1, 8, 180, 190, 1))
+	j.GPU(kern(1, 9, 190, 200, 1))
+	j.AdvanceCPU(1, 1000)
+	j.AdvanceGPU(1, 5000)
+	s := j.Stats()
+	checkIdentities(t, s)
+	if s.UntracedLaunches != 2 || s.UnmatchedLaunches != 0 || len(lost) != 0 || r.finals[k2].Kernels != 2 || r.finals[k1].Kernels != 0 {
+		t.Errorf("%+v; lost at %v; k1 %+v; k2 %+v", s, lost, r.finals[k1], r.finals[k2])
 	}
 }
 

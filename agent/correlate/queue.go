@@ -183,6 +183,17 @@ func (t *thread) liveIn(i int, x uint64) bool {
 	return false
 }
 
+// lastLive returns the index of the latest launch still waiting for its
+// record in [i, j) for which ok holds, or -1.
+func (t *thread) lastLive(i, j int, ok func(t uint64) bool) int {
+	for k := j - 1; k >= i; k-- {
+		if t.ls[k].key >= 0 && ok(t.ls[k].t) {
+			return k
+		}
+	}
+	return -1
+}
+
 // trimLaunches drops decided entries at the front and returns how many.
 func (t *thread) trimLaunches() int {
 	n := 0

@@ -159,9 +159,14 @@ type Options[K comparable] struct {
 	// Untraced, when set, says whether a launch of pid at ktime t was made
 	// while the CUPTI library recorded no API records (duty-cycled tracing,
 	// outside a window): such a launch, left without an API record, is
-	// counted UntracedLaunches instead of UnmatchedLaunches. Called under
-	// the Joiner's caller's lock, when the launch is decided.
+	// counted UntracedLaunches instead of UnmatchedLaunches, and no API
+	// record claims it from the slack before its start. A pure predicate,
+	// called under the Joiner's caller's lock, possibly more than once per
+	// launch.
 	Untraced func(pid int, t uint64) bool
+	// OnUnmatched, when set, is called for each launch counted
+	// UnmatchedLaunches (its record was lost), under the same lock.
+	OnUnmatched func(pid int, t uint64)
 
 	MaxLaunches int // pending launches (deque entries)
 	MaxAPIs     int // API records waiting on the CPU watermark
@@ -272,7 +277,7 @@ type Stats struct {
 	SharedAPI         uint64 // launches inside an API record another launch had already matched
 	// PrefixSkipped counts API records whose slack before their start held
 	// launches that were left to their own (lost) records, as a launch lay
-	// inside the record.
+	// inside the record or a later one closer before it.
 	PrefixSkipped     uint64
 	PreemptedLaunches uint64 // of MatchedLaunches, matched by the InOrder rule (before the record's start - Slack)
 
