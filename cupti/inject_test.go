@@ -27,17 +27,23 @@ func TestInjectedWorkloadMatchesTruth(t *testing.T) {
 		mode    string
 		version string
 		allAPI  bool // SPECPROF_CUPTI_API=all: a record for every driver call
+		cbAPI   bool // SPECPROF_CUPTI_API_SOURCE=callbacks: API records made in CUPTI's callbacks
 	}{
-		{"graph", "130001", false}, // CUDA 13.0: Kernel10, Memcpy6, Synchronization2, Overhead3
-		{"eager", "130001", false},
-		{"eager", "130001", true},
-		{"graph", "24", false}, // CUDA 12.6: Kernel9, Memcpy5, Synchronization, Overhead3
-		{"eager", "20", false}, // CUDA 12.2: Kernel9, Memcpy5, Synchronization, Overhead
+		{"graph", "130001", false, false}, // CUDA 13.0: Kernel10, Memcpy6, Synchronization2, Overhead3
+		{"eager", "130001", false, false},
+		{"eager", "130001", true, false},
+		{"graph", "130001", false, true},
+		{"eager", "130001", false, true},
+		{"graph", "24", false, false}, // CUDA 12.6: Kernel9, Memcpy5, Synchronization, Overhead3
+		{"eager", "20", false, false}, // CUDA 12.2: Kernel9, Memcpy5, Synchronization, Overhead
 	}
 	for _, c := range cases {
 		name := c.mode + "-cupti" + c.version
 		if c.allAPI {
 			name += "-all-api"
+		}
+		if c.cbAPI {
+			name += "-callback-api"
 		}
 		t.Run(name, func(t *testing.T) {
 			col := newCollector()
@@ -50,6 +56,9 @@ func TestInjectedWorkloadMatchesTruth(t *testing.T) {
 			if c.allAPI {
 				env = append(env, "SPECPROF_CUPTI_API=all")
 			}
+			if c.cbAPI {
+				env = append(env, "SPECPROF_CUPTI_API_SOURCE=callbacks")
+			}
 			res := runWorkload(t, injectEnv(t, sock, env...), args...)
 			sameOutput(t, res, args...)
 			if l := specprofLines(res.stderr); len(l) != 0 {
@@ -57,7 +66,7 @@ func TestInjectedWorkloadMatchesTruth(t *testing.T) {
 			}
 			d := col.waitOpen(t, 5*time.Second)
 			d.waitClosed(t, 5*time.Second)
-			d.allAPI = c.allAPI
+			d.allAPI, d.cbAPI = c.allAPI, c.cbAPI
 			if d.closeErr != nil {
 				t.Errorf("connection ended with %v", d.closeErr)
 			}
@@ -79,7 +88,11 @@ func TestInjectedWorkloadMatchesTruth(t *testing.T) {
 			if ms.Dropped != 0 || len(ms.Warnings) != 0 {
 				t.Errorf("mock CUPTI: %d records dropped, warnings %q", ms.Dropped, ms.Warnings)
 			}
-			if uint64(len(d.kernels)) != ms.Records["kernel"] || uint64(len(d.apis)) != ms.Records["api"] {
+			if c.cbAPI { // CUPTI's API kinds stay off; the library made the records
+				if uint64(len(d.kernels)) != ms.Records["kernel"] || ms.Records["api"] != 0 || len(d.apis) == 0 {
+					t.Errorf("mock generated %v records; received %d kernels, %d APIs", ms.Records, len(d.kernels), len(d.apis))
+				}
+			} else if uint64(len(d.kernels)) != ms.Records["kernel"] || uint64(len(d.apis)) != ms.Records["api"] {
 				t.Errorf("mock generated %v records; received %d kernels, %d APIs", ms.Records, len(d.kernels), len(d.apis))
 			}
 			if len(d.overheads) == 0 {
@@ -216,11 +229,14 @@ func TestNoAgentDetach(t *testing.T) {
 
 // runLateAgent runs the graph workload (30 cycles) with nobody listening until it is ready,
 // then starts an agent on sock and lets the workload go on; it checks the workload's output and
-// returns the agent's one connection, closed. env is the workload's environment.
+// returns the agent's one connection, closed. env is the workload's environment. The workload
+// pauses 1 s after cuInit, so that the library has found nobody listening (and, with
+// SPECPROF_CUPTI_DETACH=1, detached) before the graph capture, however loaded the machine: under
+// CI's load the capture once came first, and the library rightly refused the detach.
 func runLateAgent(t *testing.T, sock string, env []string) *connData {
 	t.Helper()
 	startFile := filepath.Join(t.TempDir(), "start")
-	args := workloadArgs("graph", 30, "--wait-start", startFile)
+	args := workloadArgs("graph", 30, "--wait-start", startFile, "--sleep-after-cuinit", "1")
 	cmd := exec.Command(python(t), append([]string{workloadPath(t)}, args...)...)
 	cmd.Env = env
 	var stdout strings.Builder
@@ -286,10 +302,21 @@ func TestLateAgentAfterDetach(t *testing.T) {
 // process has CUDA graphs, so collection begins when an application thread next leaves a CUDA
 // call (GPU kinds are never switched while a graph launch may be in progress): from the end of
 // the first API record on, every kernel arrives, and exactly one switch was made.
+// With SPECPROF_CUPTI_API_SOURCE=callbacks the same holds for the API records the library makes.
 func TestLateAgent(t *testing.T) {
+	t.Run("activity", func(t *testing.T) { testLateAgent(t, false) })
+	t.Run("callback-api", func(t *testing.T) { testLateAgent(t, true) })
+}
+
+func testLateAgent(t *testing.T, cbAPI bool) {
 	dir := t.TempDir()
 	sock, truth := filepath.Join(dir, "run", "cupti.sock"), filepath.Join(dir, "truth.jsonl")
-	d := runLateAgent(t, sock, injectEnv(t, sock, "SPECPROF_SIM_TRUTH="+truth, "SPECPROF_CUPTI_RETRY_MS=100"))
+	env := []string{"SPECPROF_SIM_TRUTH=" + truth, "SPECPROF_CUPTI_RETRY_MS=100"}
+	if cbAPI {
+		env = append(env, "SPECPROF_CUPTI_API_SOURCE=callbacks")
+	}
+	d := runLateAgent(t, sock, injectEnv(t, sock, env...))
+	d.cbAPI = cbAPI
 	if len(d.kernels) == 0 || len(d.apis) == 0 {
 		t.Fatalf("%d kernel and %d API records after the agent appeared", len(d.kernels), len(d.apis))
 	}

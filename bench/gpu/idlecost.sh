@@ -5,7 +5,8 @@
 #   bash bench/gpu/idlecost.sh [REPS] [CYCLES] [METHODS...]
 # Methods: none; ebpf (--cupti off); full (--cupti on); idle (--cupti-duty 1ms/60s: one 1 ms window,
 # then subscribed with nothing traced); idlenoov (idle without CUPTI's overhead records); idlek,
-# idleapi (idle with only kernel records, or only API records, ever enabled); injcb
+# idleapi (idle with only kernel records, or only API records, ever enabled); fullcb, idlecb (full
+# and idle with the API records made in CUPTI's callbacks, SPECPROF_CUPTI_API_SOURCE=callbacks); injcb
 # (subscribed, launch callbacks on, no kind ever enabled); inj (subscribed, no API callback, no
 # kind); injnosub (CUPTI loaded and its buffer callbacks registered, nothing subscribed or enabled).
 # GRAPHS=on runs the graph loop instead. Output under $OUT (default /tmp/idlecost): METHOD-REP.json
@@ -50,6 +51,8 @@ one() { # METHOD REP
   full) sp on -- "$res" ;;
   idle) sp on --cupti-duty 1ms/60s -- "$res" ;;
   idlenoov) SPECPROF_CUPTI_KINDS=kernel,memcpy,memset,api,sync sp on --cupti-duty 1ms/60s -- "$res" ;;
+  fullcb) SPECPROF_CUPTI_API_SOURCE=callbacks sp on -- "$res" ;;
+  idlecb) SPECPROF_CUPTI_API_SOURCE=callbacks sp on --cupti-duty 1ms/60s -- "$res" ;;
   idlek) SPECPROF_CUPTI_KINDS=kernel sp on --cupti-duty 1ms/60s -- "$res" ;;
   idleapi) SPECPROF_CUPTI_KINDS=api sp on --cupti-duty 1ms/60s -- "$res" ;;
   injcb) SPECPROF_CUPTI_KINDS=none sp on -- "$res" ;;

@@ -10,7 +10,8 @@
 # (as full), nosubk (kernel records only: no join), nosubapi (API records only). What idle's
 # standing cost is made of: idlenoov (idle without CUPTI's overhead records), injcb (subscribed,
 # launch callbacks on, no kind ever enabled), inj (subscribed, no callback, no kind), injnosub
-# (CUPTI loaded and its buffers registered, nothing subscribed or enabled).
+# (CUPTI loaded and its buffers registered, nothing subscribed or enabled). cbapi: full with the
+# API records made in CUPTI's callbacks (SPECPROF_CUPTI_API_SOURCE=callbacks).
 # Output under $OUT (default /tmp/launchcost): METHOD-REP.json per run, table.md.
 set -u
 P=${PYTHON:-/opt/torch/.venv/bin/python3}
@@ -61,6 +62,7 @@ one() { # METHOD REP
   nosubapi) SPECPROF_CUPTI_SUBSCRIBE=0 SPECPROF_CUPTI_KINDS=api sp on -- "${res[@]}" ;;
   idlenoov) SPECPROF_CUPTI_KINDS=kernel,memcpy,memset,api,sync sp on --cupti-duty 1ms/60s -- "${res[@]}" ;;
   injcb) SPECPROF_CUPTI_KINDS=none sp on -- "${res[@]}" ;;
+  cbapi) SPECPROF_CUPTI_API_SOURCE=callbacks sp on -- "${res[@]}" ;;
   inj) SPECPROF_CUPTI_KINDS=none SPECPROF_CUPTI_LAUNCH_CALLBACKS=0 sp on -- "${res[@]}" ;;
   injnosub) SPECPROF_CUPTI_KINDS=none SPECPROF_CUPTI_SUBSCRIBE=0 sp on -- "${res[@]}" ;;
   *) echo "unknown method $1" >&2; return 2 ;;

@@ -55,7 +55,14 @@
 #   s10c       (issue 6) the same split as tok/s of the launch-bound eager loop (bench/gpu/idlecost.sh).
 #   s10d       (issue 6) s10c pinned, 4 reps, fewer methods (§14c).
 #   s11        (issue 6) prepared in session 10: which kind, once enabled and off again, leaves CUPTI
-#              costing the eager loop (6 reps; about 8 minutes).
+#              costing the eager loop, and what API records made in CUPTI's callbacks
+#              (SPECPROF_CUPTI_API_SOURCE=callbacks) save over CUPTI's API kinds, full and idle (5 reps;
+#              about 8 minutes).
+#   s11b       (issue 6) the same on the graph loop (suite: full, fullcb, fullduty, dutycb) and per
+#              pinned eager launch (launchcost: cbapi); about 7 minutes. Check first that fullcb's
+#              GPU cycles have their kernels (the table's kernels per cycle, no launches without API
+#              record): whether CUPTI gives torch's kernels the runtime call's correlation id when
+#              its RUNTIME kind is off is known only from the H200.
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -175,15 +182,21 @@ s10d)
 s11)
   # Which kind, once enabled and off again, leaves CUPTI costing the eager loop (§14c); more reps
   # than s10d, whose runs spread by ±30 %.
-  PIN=1 OUT=$OUT/idlekinds bash bench/gpu/idlecost.sh 6 1000 none ebpf full idle idlek idleapi injcb
+  PIN=1 OUT=$OUT/idlekinds bash bench/gpu/idlecost.sh 5 1000 none ebpf full fullcb idle idlecb idlek idleapi injcb
   (cd "$OUT" && tar czf idlekinds.tgz idlekinds && rm -rf idlekinds)
+  ;;
+s11b)
+  suite cbgraph --workloads eagle-graph --methods none,full,fullcb,fullduty,dutycb --reps 3 --eagle-cycles 3000 \
+    --budget-s 280 --run-timeout-s 60
+  PIN=1 OUT=$OUT/lcpin bash bench/gpu/launchcost_h200.sh 3 40 none ebpf full cbapi
+  (cd "$OUT" && tar czf lcpin.tgz lcpin && rm -rf lcpin)
   ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|guard" >&2
   exit 2
   ;;
 esac

@@ -66,8 +66,11 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # windows (--cupti-windows), after which CUPTI is detached for good (--cupti-detach).
 # fullnosub: (c) through CUPTI's activity API alone, never subscribed to its callbacks
 # (SPECPROF_CUPTI_SUBSCRIBE=0): what the subscription costs a fully traced run.
+# fullcb, dutycb: (c) and (c4) with the API records made by the library in CUPTI's callbacks
+# (SPECPROF_CUPTI_API_SOURCE=callbacks) instead of CUPTI's API activity kinds.
 EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean", "fullev",
-                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub"]
+                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
+                 "fullcb", "dutycb"]
 LABEL = {
     "none": "(a) none",
     "ebpf": "(b) specprof eBPF only",
@@ -91,15 +94,19 @@ LABEL = {
     "fulldetachlong": "(c13) as (c6), 2 windows, then CUPTI detached (--cupti-windows 2 --cupti-detach)",
     "idledetach": "(c14) as (c7), 1 window, then CUPTI detached (--cupti-windows 1 --cupti-detach)",
     "fullnosub": "(c15) as (c), CUPTI's activity API without its callbacks (SPECPROF_CUPTI_SUBSCRIBE=0)",
+    "fullcb": "(c16) as (c), API records made in CUPTI's callbacks (SPECPROF_CUPTI_API_SOURCE=callbacks)",
+    "dutycb": "(c17) as (c4), API records made in CUPTI's callbacks",
     "calib": "calibration",
 }
 TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-profiler",
           "v3": "v3", "v4": "v4", "cudaev": "cuda-events", "fullall": "none", "fulllean": "none",
           "fullduty": "none", "fullgraph": "none", "fulldutylong": "none", "fullidle": "none", "ebpflean": "none",
           "fullev": "cuda-events", "idlenoov": "none", "idleoff": "none", "dutynoov": "none",
-          "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none", "fullnosub": "none"}
+          "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none", "fullnosub": "none",
+          "fullcb": "none", "dutycb": "none"}
 CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "fullev",
-                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub")
+                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
+                 "fullcb", "dutycb")
 # Methods that trace the GPU 1 ms a minute, or not at all: no GPU figures expected.
 IDLE_METHODS = ("fullidle", "idlenoov", "idleoff", "idledetach")
 DETACH_METHODS = ("fulldetach", "fulldetachlong", "idledetach")
@@ -120,6 +127,7 @@ NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows")
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
 EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0, "fullev": 10.0, "idlenoov": 10.0, "idleoff": 10.0, "dutynoov": 10.0,
              "fulldetach": 10.0, "fulldetachlong": 10.0, "idledetach": 10.0, "fullnosub": 10.0,
+             "fullcb": 10.0, "dutycb": 10.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
@@ -288,7 +296,7 @@ def specprof_cmd(a, method, w, outdir, inner):
         cmd += ["--cpu-hz", "0", "--pprof=false", "--perfetto=false"]
     if method in IDLE_METHODS:
         cmd += ["--cupti-duty", "1ms/60s"]
-    if method in ("fullduty", "dutynoov", "fulldetach"):
+    if method in ("fullduty", "dutynoov", "fulldetach", "dutycb"):
         cmd += ["--cupti-duty", "100ms/1s"]
     if method == "fullgraph":
         cmd += ["--cupti-graphs", "graph"]
@@ -606,6 +614,8 @@ class Suite:
             env["SPECPROF_CUPTI_DISABLE"] = "1"
         if method == "fullnosub":
             env["SPECPROF_CUPTI_SUBSCRIBE"] = "0"
+        if method in ("fullcb", "dutycb"):
+            env["SPECPROF_CUPTI_API_SOURCE"] = "callbacks"
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -25,12 +25,17 @@ import (
 // third window, in an API exit callback (as CUPTI requires); the library makes
 // no CUPTI call after it; the three windows' cycles stay exact and the rest
 // have CPU figures only; the report states the detach and its cost.
+//
+// With SPECPROF_CUPTI_API_SOURCE=callbacks the windows' API records are made
+// by the library in CUPTI's callbacks (CUPTI's API kinds never on): the same
+// exact windows.
 func TestCUPTIDuty(t *testing.T) {
 	t.Run("attached", func(t *testing.T) { testCUPTIDuty(t, false) })
 	t.Run("detach", func(t *testing.T) { testCUPTIDuty(t, true) })
+	t.Run("callbacks", func(t *testing.T) { testCUPTIDuty(t, false, "SPECPROF_CUPTI_API_SOURCE=callbacks") })
 }
 
-func testCUPTIDuty(t *testing.T, detach bool) {
+func testCUPTIDuty(t *testing.T, detach bool, env ...string) {
 	injLib, mockCupti, std, bin, root := standins(t)
 	dir := t.TempDir()
 	const cycles = 400
@@ -42,16 +47,20 @@ func testCUPTIDuty(t *testing.T, detach bool) {
 	args = append(args, "--", "python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", "400", "--mode", "eager")
 	cmd := exec.Command(bin, args...)
 	mockStats := filepath.Join(dir, "mock.json")
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti,
-		"SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"), "SPECPROF_MOCK_CUPTI_STATS="+mockStats)
+	cmd.Env = append(append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti,
+		"SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"), "SPECPROF_MOCK_CUPTI_STATS="+mockStats), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("specprof run: %v\n%s", err, out)
 	}
 	rep := readReport(t, dir)
 	checkDetach(t, detach, &rep, mockStats, out)
-	if m := readDutyMockStats(t, mockStats); m.SwitchInFlight != 0 {
+	m := readDutyMockStats(t, mockStats)
+	if m.SwitchInFlight != 0 {
 		t.Errorf("mock CUPTI: %d GPU kind switches while GPU work was in flight", m.SwitchInFlight)
+	}
+	if len(env) > 0 && m.Records.API != 0 {
+		t.Errorf("mock CUPTI made %d API records: want none with the API records made in callbacks", m.Records.API)
 	}
 	p := rep.Processes[0]
 	var main *agent.ThreadReport
@@ -212,11 +221,12 @@ func checkDetach(t *testing.T, detach bool, rep *agent.Report, mockStats string,
 // dutyMockStats is what the mock CUPTI did (SPECPROF_MOCK_CUPTI_STATS).
 type dutyMockStats struct {
 	Subscribes, Finalizes int
-	FinalizeOutside       int `json:"finalize_outside_exit_callback"`
-	CallsWhileDetached    int `json:"calls_while_detached"`
-	FinalizeWithGraphs    int `json:"finalize_with_graphs"`
-	SwitchInGraphLaunch   int `json:"gpu_switch_in_graph_launch"`
-	SwitchInFlight        int `json:"gpu_switch_in_flight"` // GPU kinds switched while GPU work was in flight
+	FinalizeOutside       int                       `json:"finalize_outside_exit_callback"`
+	CallsWhileDetached    int                       `json:"calls_while_detached"`
+	FinalizeWithGraphs    int                       `json:"finalize_with_graphs"`
+	SwitchInGraphLaunch   int                       `json:"gpu_switch_in_graph_launch"`
+	SwitchInFlight        int                       `json:"gpu_switch_in_flight"` // GPU kinds switched while GPU work was in flight
+	Records               struct{ Kernel, API int } // records CUPTI made, by kind
 	Warnings              []string
 }
 

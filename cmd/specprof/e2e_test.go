@@ -172,6 +172,68 @@ func TestRunAttributesEveryCall(t *testing.T) {
 	}
 }
 
+// TestRunAPIRecordsFromCallbacks: with SPECPROF_CUPTI_API_SOURCE=callbacks
+// the injected library makes the API records of the work calls itself, in
+// CUPTI's enter and exit callbacks, and never enables CUPTI's API activity
+// kinds (the mock counts none of their records). Every launch still joins its
+// kernels: the same checks against the simulated GPU's ground truth as
+// TestRunAttributesEveryCall, eager and with CUDA graphs.
+func TestRunAPIRecordsFromCallbacks(t *testing.T) {
+	testenv.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	injLib, mockCupti, std := testenv.BuildInjection(t)
+	bin := specprofBin(t)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cycles = 40
+	py := testenv.Interpreters(t)[0]
+	for _, mode := range []string{"graph", "eager"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+				"--events", filepath.Join(dir, "events.jsonl"), "--cycles-jsonl", "--cycles-kernels", "--",
+				py.Path, filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", fmt.Sprint(cycles),
+				"--mode", mode, "--stack-depth", "10", "--extra-thread", "--allreduce", "--log-interval", "8",
+				"--proctitle", "sglang::scheduler_TP0", "--side-stream")
+			mockStats := filepath.Join(dir, "mock.json")
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"),
+				"SPECPROF_CUPTI_LIB="+mockCupti, "SPECPROF_CUPTI_API_SOURCE=callbacks", "SPECPROF_MOCK_CUPTI_STATS="+mockStats)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("specprof run: %v\n%s", err, out)
+			}
+			b, err := os.ReadFile(mockStats)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m struct {
+				Records struct{ Kernel, API int }
+			}
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatalf("mock stats %s: %v", b, err)
+			}
+			if m.Records.API != 0 || m.Records.Kernel == 0 {
+				t.Errorf("mock CUPTI made %d API and %d kernel records: want no API record from CUPTI", m.Records.API, m.Records.Kernel)
+			}
+			rep := readReport(t, dir)
+			checkReport(t, &rep, cycles)
+			if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 {
+				t.Errorf("losses: %+v", l)
+			}
+			if g := rep.Processes[0].GPU; g == nil || g.DroppedBackpressure != 0 || g.DroppedNoAgent != 0 {
+				t.Errorf("library drops: %+v", g)
+			}
+			checkKernels(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "events.jsonl"))
+			checkGPUBusy(t, filepath.Join(dir, "truth.jsonl"), &rep, mode == "eager")
+			checkCycles(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "cycles.jsonl"), &rep, cycles)
+		})
+	}
+}
+
 // checkReport: the main thread ran exactly `cycles` cycles, nothing was lost.
 func checkReport(t *testing.T, rep *agent.Report, cycles int) {
 	t.Helper()

@@ -104,6 +104,13 @@ static struct {
     uint32_t duty_mask; /* SPECPROF_CUPTI_DUTY_KINDS: the kinds windows switch (default all of K_WINDOWED) */
     int duty_graphs;    /* SPECPROF_CUPTI_DUTY_GRAPHS (default 1); 0: no window opens in a process that has
                          * built CUDA graphs (see g_duty_stopped) */
+    /* SPECPROF_CUPTI_API_SOURCE=callbacks (a cost experiment): the API records of the work calls are
+     * made by this library in CUPTI's enter and exit callbacks (timestamps from CLOCK_MONOTONIC, the
+     * correlation id CUPTI hands the callback) instead of CUPTI's DRIVER and RUNTIME activity kinds,
+     * which are never enabled. On the H200 a CUPTI whose kinds had never been enabled cost about
+     * nothing beyond eBPF, even with launch callbacks on, while API records cost 1.6 µs a launch. */
+    int api_cb;
+    uint32_t api_ring; /* SPECPROF_CUPTI_API_RING: slots of the callbacks' record ring (power of 2) */
 } cfg;
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -185,6 +192,20 @@ static void read_config(void) {
     cfg.clock_offset = getenv("SPECPROF_CUPTI_CLOCK") && !strcmp(getenv("SPECPROF_CUPTI_CLOCK"), "offset");
     cfg.no_subscribe = env_u64("SPECPROF_CUPTI_SUBSCRIBE", 1, 0, 1) == 0;
     cfg.duty_graphs = env_u64("SPECPROF_CUPTI_DUTY_GRAPHS", 1, 0, 1) != 0;
+    const char *src = getenv("SPECPROF_CUPTI_API_SOURCE");
+    if (src && *src && strcmp(src, "activity")) {
+        if (!strcmp(src, "callbacks"))
+            cfg.api_cb = 1;
+        else
+            logmsg("SPECPROF_CUPTI_API_SOURCE=%s: want activity or callbacks; using CUPTI's activity records", src);
+    }
+    if (cfg.api_cb && cfg.no_subscribe) {
+        logmsg("SPECPROF_CUPTI_API_SOURCE=callbacks needs CUPTI's callbacks (SPECPROF_CUPTI_SUBSCRIBE=0); using "
+               "CUPTI's activity records");
+        cfg.api_cb = 0;
+    }
+    uint64_t ring = env_u64("SPECPROF_CUPTI_API_RING", 65536, 1024, 1u << 22);
+    for (cfg.api_ring = 1024; cfg.api_ring < ring;) cfg.api_ring <<= 1;
     const char *duty = getenv("SPECPROF_CUPTI_DUTY");
     if (cfg.no_subscribe && ((duty && *duty) || cfg.detach)) {
         /* Switching the GPU kinds safely needs an application thread's callback (see g_gs). */
@@ -393,6 +414,92 @@ static _Atomic uint64_t g_gs_at;  /* the last switch: after enabling, or before 
 static atomic_ullong g_gs_count, g_gs_ns, g_gs_max_ns; /* switches applied, application threads' time */
 static void gpu_switch_here(int on);
 
+/* API records made in callbacks (cfg.api_cb): application threads push them into a bounded ring
+ * (a sequence number per slot: lock-free, never waits; a full ring drops the record and counts it as
+ * backpressure), the sender pops them. */
+struct api_slot {
+    _Atomic uint64_t seq; /* == position + 1: filled; == position: free for that position */
+    struct spw_api rec;
+};
+static struct api_slot *g_api_ring;
+static _Atomic uint64_t g_api_tail; /* next position to claim (application threads) */
+static uint64_t g_api_head;         /* next position to read (sender) */
+static atomic_int g_cb_api;         /* the callbacks make API records now (collecting, in a window) */
+static uint8_t g_kept_api[2][SPC_MAX_CBID]; /* api_filter.h as sets: [0] driver, [1] runtime */
+static uint32_t g_pid;
+/* This thread's driver [0] and runtime [1] call in progress (a runtime call holds at most one
+ * driver call that CUPTI reports): its enter time (0: none seen), correlation id, and whether
+ * records were on when it entered. */
+static __thread uint64_t t_api_start[2];
+static __thread uint32_t t_api_corr[2];
+static __thread uint8_t t_api_on[2];
+
+static void api_ring_push(const struct spw_api *w) {
+    uint64_t mask = cfg.api_ring - 1, pos = atomic_load_explicit(&g_api_tail, memory_order_relaxed);
+    for (;;) {
+        struct api_slot *sl = &g_api_ring[pos & mask];
+        uint64_t seq = atomic_load_explicit(&sl->seq, memory_order_acquire);
+        if (seq == pos) {
+            if (atomic_compare_exchange_weak_explicit(&g_api_tail, &pos, pos + 1, memory_order_relaxed,
+                                                      memory_order_relaxed)) {
+                sl->rec = *w;
+                atomic_store_explicit(&sl->seq, pos + 1, memory_order_release);
+                if (!(pos & (mask >> 1)) && pos) wake_sender(); /* another half ring filled: drain it */
+                return;
+            }
+        } else if (seq < pos) { /* the sender has not read this slot's last lap: full */
+            atomic_fetch_add(&st.dropped_backpressure, 1);
+            return;
+        } else {
+            pos = atomic_load_explicit(&g_api_tail, memory_order_relaxed);
+        }
+    }
+}
+
+/* Sender: whether half the ring or more is filled. */
+static int api_ring_half(void) {
+    return g_api_ring && atomic_load_explicit(&g_api_tail, memory_order_relaxed) - g_api_head >= cfg.api_ring / 2;
+}
+
+/* Sender: the next record of the ring, 0 if none. */
+static int api_ring_pop(struct spw_api *w) {
+    if (!g_api_ring) return 0;
+    struct api_slot *sl = &g_api_ring[g_api_head & (cfg.api_ring - 1)];
+    if (atomic_load_explicit(&sl->seq, memory_order_acquire) != g_api_head + 1) return 0;
+    *w = sl->rec;
+    atomic_store_explicit(&sl->seq, g_api_head + cfg.api_ring, memory_order_release);
+    g_api_head++;
+    return 1;
+}
+
+/* An enter or exit callback of a kept driver (dom 0) or runtime (dom 1) call (cfg.api_cb). A call
+ * gets its record if records were on when it entered (a window closing waits for such calls, as for
+ * CUPTI's own records) or are on when it returns: a window that an application thread opens while
+ * another thread is inside a launch gives that launch's kernels GPU records, so the launch needs
+ * its API record too (the mock CUPTI lost 72 such records in 300 eager cycles at 8ms/16ms). */
+static void api_cb_note(int dom, spc_cbid cbid, const struct spc_callback_data *cd) {
+    if (cbid >= SPC_MAX_CBID || !g_kept_api[dom][cbid]) return;
+    if (cd->callbackSite == SPC_API_ENTER) {
+        t_api_start[dom] = mono_ns();
+        t_api_corr[dom] = cd->correlationId;
+        t_api_on[dom] = (uint8_t)atomic_load_explicit(&g_cb_api, memory_order_relaxed);
+        return;
+    }
+    uint64_t start = t_api_start[dom];
+    t_api_start[dom] = 0;
+    if (!start || t_api_corr[dom] != cd->correlationId) return;
+    if (!t_api_on[dom] && !atomic_load_explicit(&g_cb_api, memory_order_relaxed)) return;
+    struct spw_api w = {.start = start,
+                        .end = mono_ns(),
+                        .cbid = cbid,
+                        .pid = g_pid,
+                        .tid = my_tid(),
+                        .correlationID = cd->correlationId,
+                        .result = cd->functionReturnValue ? *(const uint32_t *)cd->functionReturnValue : 0,
+                        .domain = dom ? SPW_DOMAIN_RUNTIME : SPW_DOMAIN_DRIVER};
+    api_ring_push(&w);
+}
+
 static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *data) {
     (void)ud;
     if (atomic_load_explicit(&g_forked, memory_order_relaxed) || !data) return;
@@ -405,7 +512,10 @@ static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *da
             return;
         }
     }
-    if (domain == SPC_DOMAIN_RUNTIME_API) return; /* enabled only to detach */
+    if (domain == SPC_DOMAIN_RUNTIME_API) { /* the kept calls with cfg.api_cb; else only to detach */
+        if (cfg.api_cb) api_cb_note(1, cbid, data);
+        return;
+    }
     if (domain == SPC_DOMAIN_DRIVER_API) {
         const struct spc_callback_data *cd = data;
         if (cd->callbackSite == SPC_API_EXIT) { /* every tracked call: one relaxed load unless a switch is posted */
@@ -416,6 +526,9 @@ static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *da
                 pthread_mutex_unlock(&cupti_mu);
             }
         }
+        /* After a switch made at this exit, as CUPTI's own record of the call that switched is made
+         * at its exit (the agent relies on that call's record to place the launches after it). */
+        if (cfg.api_cb) api_cb_note(0, cbid, cd);
         int count = cbid < SPC_MAX_CBID && g_counted[cbid] && atomic_load_explicit(&g_count_inflight, memory_order_relaxed);
         unsigned gen = count ? atomic_load_explicit(&g_inflight_gen, memory_order_relaxed) : 0;
         int tracked = cbid < SPC_MAX_CBID && g_tracked[cbid];
@@ -577,7 +690,7 @@ static int kept(const uint16_t *set, size_t n, uint32_t cbid) {
 /* API records only for the calls that make, wait for or capture GPU work (api_filter.h): the
  * others (a dozen per eager PyTorch launch) would each cost the application thread a record. */
 static void filter_api_records(void) {
-    if (cfg.all_api || !((g_enabled_types | g_duty_types) & K_API)) return;
+    if (cfg.all_api || cfg.api_cb || !((g_enabled_types | g_duty_types) & K_API)) return;
     if (!C.ActivityEnableDriverApi || !C.ActivityEnableRuntimeApi) {
         LOG_ONCE(L_FILTER, "this CUPTI cannot select API records per call (cuptiActivityEnableDriverApi needs "
                            "CUDA 12.5+); every driver and runtime call is recorded, at a higher cost");
@@ -598,16 +711,23 @@ static int g_cb_on; /* the launch callbacks are on (sender) */
 static void set_driver_callbacks(uint32_t on) {
     g_cb_on = (int)on;
     if (!g_sub) return;
-    if (cfg.no_launch_cb && !(g_duty_types & K_API)) return;
+    if (cfg.no_launch_cb && !(g_duty_types & K_API) && !cfg.api_cb) return;
     for (size_t i = 0; i < sizeof tracked_cbids / sizeof tracked_cbids[0]; i++)
         (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, tracked_cbids[i]);
-    if (g_duty_types & K_API)
+    if ((g_duty_types & K_API) || cfg.api_cb)
         for (size_t i = 0; i < sizeof kept_driver_cbids / sizeof kept_driver_cbids[0]; i++)
             if (!g_tracked[kept_driver_cbids[i]])
                 (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, kept_driver_cbids[i]);
+    if (cfg.api_cb) /* the runtime calls whose records join torch's kernels (see kind_map) */
+        for (size_t i = 0; i < sizeof kept_runtime_cbids / sizeof kept_runtime_cbids[0]; i++)
+            (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_RUNTIME_API, kept_runtime_cbids[i]);
 }
 
 static void apply_kinds(uint32_t bits, int on) {
+    if (cfg.api_cb && (bits & K_API)) { /* records from the callbacks, which collection keeps on */
+        atomic_store(&g_cb_api, on);
+        bits &= ~K_API;
+    }
     for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
         if (!(bits & kind_map[i].type_bit)) continue;
         spc_result r = on ? C.ActivityEnable(kind_map[i].kind) : C.ActivityDisable(kind_map[i].kind);
@@ -648,7 +768,9 @@ static void set_switch_callbacks(uint32_t on) {
     for (uint32_t c = 1; c < SPC_MAX_CBID; c++) {
         if (!g_drain[c]) continue;
         /* Leaving a switch: keep the callbacks that collection itself has on (set_driver_callbacks). */
-        if (!on && g_cb_on && !cfg.no_launch_cb && (g_tracked[c] || (g_duty_types & K_API))) continue;
+        if (!on && g_cb_on && (g_tracked[c] || (g_duty_types & K_API) || cfg.api_cb) &&
+            (!cfg.no_launch_cb || (g_duty_types & K_API) || cfg.api_cb))
+            continue;
         (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, c);
     }
 }
@@ -732,6 +854,11 @@ static void enable_collection(int app_thread) {
         if (!(want & kind_map[i].type_bit)) continue;
         if (kind_map[i].type_bit & K_GPU) { /* switched on below */
             g_enabled_types |= kind_map[i].type_bit;
+            continue;
+        }
+        if (cfg.api_cb && (kind_map[i].type_bit & K_API)) { /* made in the callbacks (apply_kinds) */
+            g_enabled_types |= K_API;
+            atomic_store(&g_cb_api, 1);
             continue;
         }
         spc_result r = C.ActivityEnable(kind_map[i].kind);
@@ -1171,11 +1298,12 @@ static void process_buffer(uint8_t *buf, size_t valid) {
 
 static int cupti_usable(void);
 
-static int drain_buffers(void) {
+/* Converts the completed buffers, at most max of them (-1: all). */
+static int drain_buffers_n(int max) {
     int n = 0;
     /* Reading records calls CUPTI: not while it detaches or is detached (queued until attached). */
     if (!cupti_usable()) return 0;
-    for (;;) {
+    for (; max < 0 || n < max;) {
         struct done_buf d;
         pthread_mutex_lock(&bq.mu);
         if (bq.dn == 0) {
@@ -1189,7 +1317,35 @@ static int drain_buffers(void) {
         process_buffer(d.buf, d.valid);
         n++;
     }
+    return n;
 }
+
+static int drain_buffers(void) { return drain_buffers_n(-1); }
+
+static int buffers_done(void) {
+    pthread_mutex_lock(&bq.mu);
+    int n = bq.dn;
+    pthread_mutex_unlock(&bq.mu);
+    return n;
+}
+
+/* The callbacks' API records (cfg.api_cb) up to position upto (UINT64_MAX: all) to the agent, or
+ * counted as lost without one. The sender
+ * drains them at CUPTI's flush cadence (and when half the ring is full), as CUPTI delivers its own:
+ * sent at once they reached the agent before the eBPF events of their launches, whose join does
+ * not expect that (a record then claimed an older launch made outside the window, and its own
+ * launch counted as lost). */
+static void drain_api_ring_to(uint64_t upto) {
+    struct spw_api w;
+    while (g_api_head < upto && api_ring_pop(&w)) {
+        if (S.fd < 0 || S.hello_pending)
+            atomic_fetch_add(&st.dropped_no_agent, 1);
+        else if (out_record(SPW_API, 0, &w, sizeof w, NULL, 0) < 0)
+            atomic_fetch_add(&st.dropped_backpressure, 1);
+    }
+}
+
+static void drain_api_ring(void) { drain_api_ring_to(UINT64_MAX); }
 
 static void send_graph_nodes(void) {
     if (!g_gn || S.fd < 0 || S.hello_pending) return;
@@ -1487,6 +1643,7 @@ static void sender_exit_flush(void) {
     /* atexit already forced CUPTI's flush; deliver what came back within the deadline, then the
      * final counters (exact when everything before them went out). */
     poll_detach(); /* atexit cancelled or waited for a detach */
+    drain_api_ring();
     drain_buffers();
     send_graph_nodes();
     send_until(g_exit_deadline - 10000000ull);
@@ -1525,13 +1682,20 @@ static void *sender_main(void *arg) {
 
         int flush_req = 0;
         if (S.fd >= 0) {
-            if (now >= next_flush) {
+            int flushed = now >= next_flush;
+            if (flushed) {
                 if (cupti_usable()) (void)C.ActivityFlushAll(0); /* completed records only */
                 next_flush = now + cfg.flush_ns;
             }
+            /* Only the records made before the switches seen below: a record made after a window
+             * opened must reach the agent after that window's WINDOW record, or the agent takes its
+             * launch for one made outside the windows. */
+            uint64_t api_upto = atomic_load(&g_api_tail);
+            int bufs = buffers_done();
             next_duty = duty_step(now);
             if (g_gs_cb) (void)gpu_switch_done(); /* a switch posted outside the windows */
-            drain_buffers();
+            if (flushed || api_ring_half()) drain_api_ring_to(api_upto);
+            drain_buffers_n(bufs);
             send_graph_nodes();
             if (now >= next_stats) {
                 if (g_clock == SPW_CLOCK_OFFSET) measure_offset();
@@ -1543,6 +1707,7 @@ static void *sender_main(void *arg) {
             poll_detach();
             if (g_gs_cb) (void)gpu_switch_done(); /* the GPU kinds' switch off, after a disconnect */
             if (!atomic_load(&g_collecting)) request_detach(); /* no agent: detach (cfg.detach) */
+            drain_api_ring();
             drain_buffers();
         }
 
@@ -1577,6 +1742,7 @@ static void *sender_main(void *arg) {
         if (flush_req && S.fd >= 0) {
             pthread_mutex_lock(&cupti_mu);
             if (cupti_usable()) (void)C.ActivityFlushAll(0);
+            drain_api_ring();
             drain_buffers();
             send_graph_nodes();
             send_stats(SPW_FLAG_FLUSH_ACK);
@@ -1875,6 +2041,20 @@ static void init(void) {
     for (size_t i = 0; i < sizeof kept_driver_cbids / sizeof kept_driver_cbids[0]; i++)
         if (kept_driver_cbids[i] < SPC_MAX_CBID) g_counted[kept_driver_cbids[i]] = 1;
     for (size_t i = 0; i < sizeof drain_cbids / sizeof drain_cbids[0]; i++) g_drain[drain_cbids[i]] = 1;
+    for (size_t i = 0; i < sizeof kept_driver_cbids / sizeof kept_driver_cbids[0]; i++)
+        if (kept_driver_cbids[i] < SPC_MAX_CBID) g_kept_api[0][kept_driver_cbids[i]] = 1;
+    for (size_t i = 0; i < sizeof kept_runtime_cbids / sizeof kept_runtime_cbids[0]; i++)
+        if (kept_runtime_cbids[i] < SPC_MAX_CBID) g_kept_api[1][kept_runtime_cbids[i]] = 1;
+    g_pid = (uint32_t)getpid();
+    if (cfg.api_cb) {
+        g_api_ring = calloc(cfg.api_ring, sizeof *g_api_ring);
+        if (!g_api_ring) {
+            logmsg("cannot allocate the API record ring (%u slots); using CUPTI's activity records", cfg.api_ring);
+            cfg.api_cb = 0;
+        } else {
+            for (uint32_t i = 0; i < cfg.api_ring; i++) atomic_store_explicit(&g_api_ring[i].seq, i, memory_order_relaxed);
+        }
+    }
     if (subscribe_cupti() < 0) return;
     S.b = malloc(cfg.out_cap);
     g_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
