@@ -168,7 +168,10 @@ func (j *Joiner[K]) Launch(pid, tid int, ktime uint64, key K) {
 	p := j.proc(pid)
 	ki, kg := p.keyFor(key, ktime)
 	th := p.thread(tid)
-	if th.ah < len(th.as) {
+	// A launch made outside a duty window gets no record. Its event can come
+	// after the first records of the next window, which are not its: it
+	// takes none (it is counted untraced).
+	if th.ah < len(th.as) && !j.untraced(pid, ktime) {
 		i := th.findAPI(ktime, j.slack)
 		if i < 0 && j.o.InOrder {
 			i = th.nextAPI(ktime)
@@ -255,7 +258,7 @@ func (j *Joiner[K]) API(r *APIRecord) {
 		}
 		for i := from; i < len(th.ls) && th.ls[i].t <= end; i++ {
 			e := &th.ls[i]
-			if e.key < 0 {
+			if e.key < 0 || j.untraced(r.PID, e.t) {
 				continue
 			}
 			if ki < 0 {

@@ -441,9 +441,10 @@ func TestLostRecordPrefix(t *testing.T) {
 
 // TestUntracedPrefix: launches made outside a duty window (no API record
 // will come for them) lie in the slack before a record that arrives before
-// its own launch's event. The record must not take them: its launch, coming
-// next, would then find its record taken and count as lost, and the next
-// record would take the next untraced launch, and so on.
+// its own launch's event. The record must not take them, nor they the record
+// when their events come late: its launch, coming next, would then find its
+// record taken and count as lost, and the next record would take the next
+// untraced launch, and so on.
 func TestUntracedPrefix(t *testing.T) {
 	r := newRec()
 	o := Options[Key]{Slack: 50, InOrder: true, Untraced: func(pid int, t uint64) bool { return t < 110 }}
@@ -454,6 +455,7 @@ func TestUntracedPrefix(t *testing.T) {
 	j.Launch(1, 11, 100, k1)
 	j.API(api(1, 11, 8, 130, 150)) // before its launch's event
 	j.API(api(1, 11, 9, 160, 170))
+	j.Launch(1, 11, 105, k1) // outside the window, its event late: the record within its slack is not its
 	j.Launch(1, 11, 125, k2)
 	j.Launch(1, 11, 155, k2)
 	j.GPU(kern(1, 8, 180, 190, 1))
@@ -462,7 +464,7 @@ func TestUntracedPrefix(t *testing.T) {
 	j.AdvanceGPU(1, 5000)
 	s := j.Stats()
 	checkIdentities(t, s)
-	if s.UntracedLaunches != 2 || s.UnmatchedLaunches != 0 || len(lost) != 0 || r.finals[k2].Kernels != 2 || r.finals[k1].Kernels != 0 {
+	if s.UntracedLaunches != 3 || s.UnmatchedLaunches != 0 || len(lost) != 0 || r.finals[k2].Kernels != 2 || r.finals[k1].Kernels != 0 {
 		t.Errorf("%+v; lost at %v; k1 %+v; k2 %+v", s, lost, r.finals[k1], r.finals[k2])
 	}
 }
@@ -696,8 +698,14 @@ func TestUntracedLaunches(t *testing.T) {
 	if s.UntracedLaunches != 1 || s.UnmatchedLaunches != 1 || s.MatchedLaunches != 1 {
 		t.Fatalf("%+v", s)
 	}
-	if len(asked) != 2 {
-		t.Errorf("asked about %v, want the two launches without records", asked)
+	// A pure predicate, asked at least about the two launches that end
+	// without a record (also when records are matched).
+	seen := map[uint64]bool{}
+	for _, x := range asked {
+		seen[x] = true
+	}
+	if !seen[100] || !seen[600] {
+		t.Errorf("asked about %v, want at least the two launches without records", asked)
 	}
 	checkIdentities(t, s)
 }

@@ -159,8 +159,8 @@ type Options[K comparable] struct {
 	// Untraced, when set, says whether a launch of pid at ktime t was made
 	// while the CUPTI library recorded no API records (duty-cycled tracing,
 	// outside a window): such a launch, left without an API record, is
-	// counted UntracedLaunches instead of UnmatchedLaunches, and no API
-	// record claims it from the slack before its start. A pure predicate,
+	// counted UntracedLaunches instead of UnmatchedLaunches, and it takes no
+	// API record (those of the next window are not its). A pure predicate,
 	// called under the Joiner's caller's lock, possibly more than once per
 	// launch.
 	Untraced func(pid int, t uint64) bool

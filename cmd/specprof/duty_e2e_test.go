@@ -347,6 +347,48 @@ func TestCUPTIDutyGraphSwitch(t *testing.T) {
 	}
 }
 
+// TestCUPTIDutyShortWindows: short windows (8 ms every 16 ms) on the eager
+// workload with a second launching thread put many launches next to window
+// edges, whose events can reach the agent after the first API records of
+// the next window. No launch inside a window may lose its record, and none
+// made outside may take a record that is not its (both happened: a window's
+// first records took launches made before it, and their own launches then
+// counted as lost). With CUPTI's API records and with the library's own
+// (SPECPROF_CUPTI_API_SOURCE=callbacks).
+func TestCUPTIDutyShortWindows(t *testing.T) {
+	for _, src := range []string{"activity", "callbacks"} {
+		t.Run(src, func(t *testing.T) {
+			injLib, mockCupti, std, bin, root := standins(t)
+			dir := t.TempDir()
+			const cycles = 300
+			cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+				"--cupti-duty", "8ms/16ms", "--", "python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"),
+				"--cycles", fmt.Sprint(cycles), "--mode", "eager", "--extra-thread", "--allreduce")
+			mockStats := filepath.Join(dir, "mock.json")
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti,
+				"SPECPROF_MOCK_CUPTI_STATS="+mockStats, "SPECPROF_CUPTI_API_SOURCE="+src)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("specprof run: %v\n%s", err, out)
+			}
+			rep := readReport(t, dir)
+			// The switches wait for the switching thread's stream only: the
+			// other thread's work may be in flight (cupti/README.md).
+			if m := readDutyMockStats(t, mockStats); src == "callbacks" && m.Records.API != 0 {
+				t.Errorf("mock CUPTI made %d API records: want none with the API records made in callbacks", m.Records.API)
+			}
+			p := rep.Processes[0]
+			if p.Duty == nil || p.Duty.Windows < 10 {
+				t.Fatalf("duty %+v: want many windows", p.Duty)
+			}
+			if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 || l.LaunchesUntraced == 0 {
+				t.Errorf("losses with 8 ms windows: %+v", l)
+			}
+			checkPartlyTraced(t, p, cycles)
+		})
+	}
+}
+
 // TestCUPTIDutyStopsAtGraphs: with SPECPROF_CUPTI_DUTY_GRAPHS=0 no window
 // opens once the process has built CUDA graphs (the guard kept as a safety
 // valve: on the H200, switching at any call's exit crashed the graph loop
