@@ -17,19 +17,8 @@ OUT=${OUT:-/tmp/idlecost}
 reps=${1:-3} cycles=${2:-1500}
 shift $(($# < 2 ? $# : 2))
 methods=${*:-none ebpf full idle idlenoov injcb inj injnosub}
-# PIN=1: the workload on one physical core (CPU $PIN_CPU, default 4, and its SMT siblings), specprof
-# on the other CPUs (as in launchcost_h200.sh).
-W=() A=()
-if [ "${PIN:-0}" = 1 ]; then
-  c=${PIN_CPU:-4}
-  wl=$(cat "/sys/devices/system/cpu/cpu$c/topology/thread_siblings_list" 2>/dev/null || echo "$c")
-  rest=$("$P" -c 'import os,sys
-w=set()
-for part in sys.argv[1].split(","):
-    a,_,b=part.partition("-"); w.update(range(int(a),int(b or a)+1))
-print(",".join(str(c) for c in sorted(os.sched_getaffinity(0)-w)))' "$wl")
-  W=(taskset -c "$wl") A=(taskset -c "$rest")
-fi
+# PIN=1: pinned as in launchcost_h200.sh (pin.sh).
+. "$(dirname "$0")/pin.sh"
 mkdir -p "$OUT"
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
 sp() { # CUPTI on|off, extra specprof flags up to --, then the result file

@@ -19,21 +19,8 @@ OUT=${OUT:-/tmp/launchcost}
 reps=${1:-3} depth=${2:-40}
 shift $(($# < 2 ? $# : 2))
 methods=${*:-none ebpf full torchprof}
-# PIN=1: the workload on one physical core (CPU $PIN_CPU, default 4, and its SMT siblings), specprof
-# and everything else it starts on the other CPUs, so that neither the agent nor a sibling thread
-# shares the workload's core.
-W=() A=()
-if [ "${PIN:-0}" = 1 ]; then
-  c=${PIN_CPU:-4}
-  wl=$(cat "/sys/devices/system/cpu/cpu$c/topology/thread_siblings_list" 2>/dev/null || echo "$c")
-  rest=$("$P" -c 'import os,sys
-w=set()
-for part in sys.argv[1].split(","):
-    a,_,b=part.partition("-"); w.update(range(int(a),int(b or a)+1))
-print(",".join(str(c) for c in sorted(os.sched_getaffinity(0)-w)))' "$wl")
-  W=(taskset -c "$wl") A=(taskset -c "$rest")
-  echo "pinned: workload on CPUs $wl, specprof on $rest"
-fi
+# PIN=1 (pin.sh): the workload on one physical core, specprof and everything else on the others.
+. "$(dirname "$0")/pin.sh"
 mkdir -p "$OUT"
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
 sp() { # CUPTI on|off, extra specprof flags up to --, then the launchcost flags

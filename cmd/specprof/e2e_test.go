@@ -179,16 +179,7 @@ func TestRunAttributesEveryCall(t *testing.T) {
 // kernels: the same checks against the simulated GPU's ground truth as
 // TestRunAttributesEveryCall, eager and with CUDA graphs.
 func TestRunAPIRecordsFromCallbacks(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("end-to-end")
-	}
-	injLib, mockCupti, std := testenv.BuildInjection(t)
-	bin := specprofBin(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	injLib, mockCupti, std, bin, root := standins(t)
 	const cycles = 40
 	py := testenv.Interpreters(t)[0]
 	for _, mode := range []string{"graph", "eager"} {
