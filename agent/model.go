@@ -158,6 +158,10 @@ type Loss struct {
 	Truncated     uint64 `json:"stacks_truncated"`
 	Stale         uint64 `json:"stale_code_objects"`
 	SymbolErrors  uint64 `json:"symbolize_errors"`
+	// ExitedUnread counts code objects seen first in a process's last
+	// events that could not be read because the process had exited by
+	// then: those calls match no phase.
+	ExitedUnread  uint64 `json:"code_objects_unread_after_exit"`
 	UnmatchedExit uint64 `json:"sync_exits_without_entry"`
 	SamplesLost   uint64 `json:"cpu_samples_ringbuf_full"` // CPU samples dropped (ring buffer full)
 	// SampleTornFrames counts frames of CPU samples that were not code

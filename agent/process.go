@@ -197,12 +197,17 @@ func (a *Agent) resolve(p *process, e *bpf.APIEvent) (uint16, uint64) {
 func (a *Agent) classify(p *process, code uint64) phase.Class {
 	c, err := p.sym.Code(code)
 	if err != nil {
-		if a.inSample {
+		switch {
+		case proc.Gone(err):
+			// Its last events outlived the process (seen when a target
+			// exits under load): a known loss, not a symbolizer failure.
+			a.rep.Loss.ExitedUnread++
+		case a.inSample:
 			// A sample can stop the interpreter while it pushes a frame,
 			// before the frame's fields are written: a torn stack, not a
 			// symbolizer failure.
 			a.rep.Loss.SampleTornFrames++
-		} else {
+		default:
 			a.rep.Loss.SymbolErrors++
 		}
 		a.log.Debug("symbolize code object", "pid", p.pid, "addr", fmt.Sprintf("%#x", code), "err", err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sync/atomic"
 	"unsafe"
@@ -47,6 +48,13 @@ func ReadMem(pid int, addr uint64, buf []byte) error {
 		return fmt.Errorf("read memory of pid %d at 0x%x (%d bytes): %w", pid, addr, len(buf), err)
 	}
 	return nil
+}
+
+// Gone reports whether err, from ReadMem, means that the process no longer
+// exists (process_vm_readv's ESRCH, or /proc/PID gone): it exited, and what
+// was not read before is lost for a known reason.
+func Gone(err error) bool {
+	return errors.Is(err, unix.ESRCH) || errors.Is(err, fs.ErrNotExist)
 }
 
 func readMemVM(pid int, addr uint64, buf []byte) error {

@@ -164,8 +164,11 @@ func TestNonexistentPID(t *testing.T) {
 	if !strings.Contains(err.Error(), "read maps of pid "+strconv.Itoa(pid)) {
 		t.Errorf("error does not name the action: %v", err)
 	}
-	if err := ReadMem(pid, 0x1000, make([]byte, 8)); err == nil {
-		t.Error("ReadMem on a nonexistent pid succeeded")
+	if err := ReadMem(pid, 0x1000, make([]byte, 8)); err == nil || !Gone(err) {
+		t.Errorf("ReadMem on a nonexistent pid: %v; want an error that Gone recognises", err)
+	}
+	if err := ReadMem(os.Getpid(), 8, make([]byte, 8)); err == nil || Gone(err) {
+		t.Errorf("ReadMem of an unmapped address: %v; want an error that is not Gone", err)
 	}
 }
 
