@@ -474,9 +474,9 @@ static int api_ring_pop(struct spw_api *w) {
 
 /* An enter or exit callback of a kept driver (dom 0) or runtime (dom 1) call (cfg.api_cb). A call
  * gets its record if records were on when it entered (a window closing waits for such calls, as for
- * CUPTI's own records) or are on when it returns: a window that an application thread opens while
- * another thread is inside a launch gives that launch's kernels GPU records, so the launch needs
- * its API record too (the mock CUPTI lost 72 such records in 300 eager cycles at 8ms/16ms). */
+ * CUPTI's own records) or are on when it returns, as CUPTI makes its own at exit: a window that an
+ * application thread opens while another thread is inside a launch can give that launch's kernels
+ * GPU records, and then the launch needs its API record too. */
 static void api_cb_note(int dom, spc_cbid cbid, const struct spc_callback_data *cd) {
     if (cbid >= SPC_MAX_CBID || !g_kept_api[dom][cbid]) return;
     if (cd->callbackSite == SPC_API_ENTER) {
@@ -526,8 +526,8 @@ static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *da
                 pthread_mutex_unlock(&cupti_mu);
             }
         }
-        /* After a switch made at this exit, as CUPTI's own record of the call that switched is made
-         * at its exit (the agent relies on that call's record to place the launches after it). */
+        /* After a switch made at this exit: CUPTI, too, makes its record of the call that switched at
+         * its exit, with the kinds the switch set. */
         if (cfg.api_cb) api_cb_note(0, cbid, cd);
         int count = cbid < SPC_MAX_CBID && g_counted[cbid] && atomic_load_explicit(&g_count_inflight, memory_order_relaxed);
         unsigned gen = count ? atomic_load_explicit(&g_inflight_gen, memory_order_relaxed) : 0;
@@ -1330,11 +1330,9 @@ static int buffers_done(void) {
 }
 
 /* The callbacks' API records (cfg.api_cb) up to position upto (UINT64_MAX: all) to the agent, or
- * counted as lost without one. The sender
- * drains them at CUPTI's flush cadence (and when half the ring is full), as CUPTI delivers its own:
- * sent at once they reached the agent before the eBPF events of their launches, whose join does
- * not expect that (a record then claimed an older launch made outside the window, and its own
- * launch counted as lost). */
+ * counted as lost without one. The sender drains them at CUPTI's flush cadence (and when half the
+ * ring is full), as CUPTI delivers its own: the agent then gets them in batches, mostly after their
+ * launches' eBPF events (it copes with either order, h200.md §14d). */
 static void drain_api_ring_to(uint64_t upto) {
     struct spw_api w;
     while (g_api_head < upto && api_ring_pop(&w)) {
