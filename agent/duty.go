@@ -96,6 +96,22 @@ func (a *Agent) traced(pid int, first, last uint64) bool {
 	return false
 }
 
+// windowOpen reports whether the latest of pid's windows that opened at or
+// before t has not closed yet (as far as its records have come): whether a
+// cycle ending at t lies wholly inside a window is not known yet.
+func (a *Agent) windowOpen(pid int, t uint64) bool {
+	d := a.duty[pid]
+	if d == nil {
+		return false
+	}
+	for i := len(d.windows) - 1; i >= 0; i-- {
+		if w := d.windows[i]; w.open <= t {
+			return w.close == 0
+		}
+	}
+	return false
+}
+
 // untraced tells the joiner whether a launch of pid at t was made outside
 // the tracing windows: it gets no API record, and missing one is no loss.
 func (a *Agent) untraced(pid int, t uint64) bool { return !a.traced(pid, t, t) }

@@ -127,6 +127,7 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 	}
 	pid := int(c.Info().Pid)
 	a.noteWindows(pid, b.Windows)
+	defer a.drainClosed(pid, b.Windows)
 	a.noteGraphNodes(pid, b.GraphNodes)
 	if p := a.procs[pid]; p != nil {
 		a.noteCollLaunches(p, b.APIs)
@@ -189,6 +190,23 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 	}
 	if wm > 0 {
 		a.joiner.AdvanceGPU(pid, wm)
+	}
+}
+
+// drainClosed folds the cycles of pid that waited for a window's close
+// (see drain), once a batch has brought one.
+func (a *Agent) drainClosed(pid int, ws []cupti.Window) {
+	closed := false
+	for _, w := range ws {
+		closed = closed || w.Close != 0
+	}
+	p := a.procs[pid]
+	if !closed || p == nil {
+		return
+	}
+	m := a.matcherOf(p)
+	for _, t := range p.threads {
+		a.drain(p, t, m, false)
 	}
 }
 

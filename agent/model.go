@@ -121,9 +121,9 @@ type ThreadReport struct {
 	// Untraced counts cycles outside the GPU tracing windows (duty-cycled
 	// tracing): they have CPU figures only.
 	Untraced int `json:"cycles_outside_gpu_windows,omitempty"`
-	// GPUPartial counts cycles that made launches both before and after the
-	// process's CUPTI library connection was known: their GPU figures
-	// would be incomplete and are left out.
+	// GPUPartial counts cycles that made launches before the process's
+	// CUPTI library connection was known (some of them after it too):
+	// their GPU figures would be incomplete and are left out.
 	GPUPartial int `json:"cycles_gpu_partial,omitempty"`
 	// GPULost counts cycles with a launch whose CUPTI API record never came
 	// (Loss.LaunchesWithoutAPI): the GPU work of that launch is unknown, so

@@ -93,6 +93,7 @@ type thread struct {
 	untraced    int  // cycles outside the GPU tracing windows (duty.go)
 	unjoined    bool // the open cycle made a launch before the CUPTI connection was known
 	gpuPartial  int  // cycles with launches before and after it: GPU figures left out
+	preConn     int  // cycles with launches all before it: counted as partial once the library has connected
 	gpuLost     int  // cycles with a launch whose API record never came: GPU figures left out
 	earlyLost   bool // a GPU result that came before the cycle closed lacked a launch's API record
 	winUntraced int  // of the current window
@@ -450,6 +451,9 @@ type closedCycle struct {
 	// partial: some launches were made before the CUPTI connection was
 	// known, others after: the GPU figures would be incomplete.
 	partial bool
+	// preConn: all its launches were made before a CUPTI connection was
+	// known (thread.preConn).
+	preConn bool
 	// lost: some launch never got its CUPTI API record, so its GPU work
 	// is not known: the GPU figures would be incomplete.
 	lost bool
@@ -495,6 +499,10 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 		}
 	}
 	cc.partial = cc.gpu && t.unjoined
+	// A cycle made wholly before the connection was known (seen under
+	// load) has no GPU figures either; whether the process has a library
+	// at all is known only later (report).
+	cc.preConn = !cc.gpu && t.unjoined
 	t.unjoined = false
 	t.curKeys = map[uint16]bool{}
 	cc.gpuWin = t.earlyGPUWin
@@ -526,6 +534,12 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 		if cc.gpuPending > 0 && !force {
 			return
 		}
+		// Its window's close has not come yet: whether the cycle was
+		// traced whole is not known (its calls' API records can come
+		// before the WINDOW record that closes the window).
+		if cc.gpu && !force && a.windowOpen(p.pid, cc.gpuWin.to(cc.last)) {
+			return
+		}
 		t.closed = t.closed[1:]
 		delete(t.byCycle, cc.no)
 		switch {
@@ -541,6 +555,8 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 			cc.stripGPU()
 			t.gpuLost++
 			t.winUntraced++
+		case cc.preConn:
+			t.preConn++
 		}
 		if t.cycles == 0 || t.winFirst == 0 {
 			t.winFirst = cc.no
@@ -597,8 +613,13 @@ func (p *process) report(a *Agent) *ProcessReport {
 		a.logLost(p.pid, d)
 	}
 	order := func(id uint16) int { return a.phaseOrder(id, m) }
+	conn := a.gpu.connected(p.pid)
 	for _, t := range p.threads {
-		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: t.gpuPartial, GPULost: t.gpuLost,
+		partial := t.gpuPartial
+		if conn { // its library connected after those cycles: their GPU work is unknown
+			partial += t.preConn
+		}
+		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: partial, GPULost: t.gpuLost,
 			Phases: sortedStats(t.total, order), Outside: sortedStats(outsideStats(t.outside), order), Calls: t.calls, Resolved: t.resolved})
 	}
 	sort.Slice(r.Threads, func(i, j int) bool { return r.Threads[i].TID < r.Threads[j].TID })

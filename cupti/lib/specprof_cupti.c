@@ -485,12 +485,14 @@ static void api_cb_note(int dom, spc_cbid cbid, const struct spc_callback_data *
         t_api_on[dom] = (uint8_t)atomic_load_explicit(&g_cb_api, memory_order_relaxed);
         return;
     }
-    uint64_t start = t_api_start[dom];
+    uint64_t start = t_api_start[dom], end = mono_ns();
     t_api_start[dom] = 0;
-    if (!start || t_api_corr[dom] != cd->correlationId) return;
-    if (!t_api_on[dom] && !atomic_load_explicit(&g_cb_api, memory_order_relaxed)) return;
-    struct spw_api w = {.start = start,
-                        .end = mono_ns(),
+    int entered = start && t_api_corr[dom] == cd->correlationId;
+    if (!(entered && t_api_on[dom]) && !atomic_load_explicit(&g_cb_api, memory_order_relaxed)) return;
+    /* A call that entered before the callbacks went on (a window opening) still gets its record, from
+     * its exit: its launch lies in the agent's slack before it, and its kernels may have GPU records. */
+    struct spw_api w = {.start = entered ? start : end,
+                        .end = end,
                         .cbid = cbid,
                         .pid = g_pid,
                         .tid = my_tid(),
