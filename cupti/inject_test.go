@@ -28,14 +28,17 @@ func TestInjectedWorkloadMatchesTruth(t *testing.T) {
 		version string
 		allAPI  bool // SPECPROF_CUPTI_API=all: a record for every driver call
 		cbAPI   bool // SPECPROF_CUPTI_API_SOURCE=callbacks: API records made in CUPTI's callbacks
+		runtime bool // kernels launched with the stand-in runtime's cudaLaunchKernel, as PyTorch's
 	}{
-		{"graph", "130001", false, false}, // CUDA 13.0: Kernel10, Memcpy6, Synchronization2, Overhead3
-		{"eager", "130001", false, false},
-		{"eager", "130001", true, false},
-		{"graph", "130001", false, true},
-		{"eager", "130001", false, true},
-		{"graph", "24", false, false}, // CUDA 12.6: Kernel9, Memcpy5, Synchronization, Overhead3
-		{"eager", "20", false, false}, // CUDA 12.2: Kernel9, Memcpy5, Synchronization, Overhead
+		{"graph", "130001", false, false, false}, // CUDA 13.0: Kernel10, Memcpy6, Synchronization2, Overhead3
+		{"eager", "130001", false, false, false},
+		{"eager", "130001", true, false, false},
+		{"graph", "130001", false, true, false},
+		{"eager", "130001", false, true, false},
+		{"eager", "130001", false, false, true},
+		{"eager", "130001", false, true, true},
+		{"graph", "24", false, false, false}, // CUDA 12.6: Kernel9, Memcpy5, Synchronization, Overhead3
+		{"eager", "20", false, false, false}, // CUDA 12.2: Kernel9, Memcpy5, Synchronization, Overhead
 	}
 	for _, c := range cases {
 		name := c.mode + "-cupti" + c.version
@@ -45,12 +48,18 @@ func TestInjectedWorkloadMatchesTruth(t *testing.T) {
 		if c.cbAPI {
 			name += "-callback-api"
 		}
+		if c.runtime {
+			name += "-runtime-launch"
+		}
 		t.Run(name, func(t *testing.T) {
 			col := newCollector()
 			_, sock := startReceiver(t, col)
 			dir := t.TempDir()
 			truth, mstats := filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "mock.json")
 			args := workloadArgs(c.mode, 20)
+			if c.runtime {
+				args = append(args, "--runtime-launch")
+			}
 			env := []string{"SPECPROF_SIM_TRUTH=" + truth, "SPECPROF_MOCK_CUPTI_VERSION=" + c.version,
 				"SPECPROF_MOCK_CUPTI_STATS=" + mstats}
 			if c.allAPI {
@@ -89,14 +98,25 @@ func TestInjectedWorkloadMatchesTruth(t *testing.T) {
 				t.Errorf("mock CUPTI: %d records dropped, warnings %q", ms.Dropped, ms.Warnings)
 			}
 			if c.cbAPI { // CUPTI's API kinds stay off; the library made the records
-				if uint64(len(d.kernels)) != ms.Records["kernel"] || ms.Records["api"] != 0 || len(d.apis) == 0 {
+				if uint64(len(d.kernels)) != ms.Records["kernel"] || ms.Records["api"]+ms.Records["runtime_api"] != 0 || len(d.apis) == 0 {
 					t.Errorf("mock generated %v records; received %d kernels, %d APIs", ms.Records, len(d.kernels), len(d.apis))
 				}
-			} else if uint64(len(d.kernels)) != ms.Records["kernel"] || uint64(len(d.apis)) != ms.Records["api"] {
+			} else if uint64(len(d.kernels)) != ms.Records["kernel"] || uint64(len(d.apis)) != ms.Records["api"]+ms.Records["runtime_api"] {
 				t.Errorf("mock generated %v records; received %d kernels, %d APIs", ms.Records, len(d.kernels), len(d.apis))
 			}
 			if len(d.overheads) == 0 {
 				t.Errorf("no OVERHEAD record")
+			}
+			if c.runtime { // both ways, one record per launch: the runtime call's, which its kernels name
+				rt := 0
+				for _, a := range d.apis {
+					if a.Domain == DomainRuntime {
+						rt++
+					}
+				}
+				if rt == 0 || c.cbAPI && ms.RuntimeCallbacks == 0 {
+					t.Errorf("%d runtime API records, %d runtime callbacks", rt, ms.RuntimeCallbacks)
+				}
 			}
 		})
 	}

@@ -63,6 +63,11 @@
 #              GPU cycles have their kernels (the table's kernels per cycle, no launches without API
 #              record): whether CUPTI gives torch's kernels the runtime call's correlation id when
 #              its RUNTIME kind is off is known only from the H200.
+#   s11c       (issue 6) s11 cut down to fit one call: eager loop, none ebpf full fullcb idle idlecb,
+#              3 reps (about 4 minutes).
+#   s12        (issue 6) the callbacks' API records without their duplicates: pinned launch cost
+#              (none, full, cbapi; 5 reps) and the eager loop (none, full, fullcb; 3 reps); about
+#              5 minutes.
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -191,12 +196,27 @@ s11b)
   PIN=1 OUT=$OUT/lcpin bash bench/gpu/launchcost_h200.sh 3 40 none ebpf full cbapi
   (cd "$OUT" && tar czf lcpin.tgz lcpin && rm -rf lcpin)
   ;;
+s11c)
+  # s11 cut at the call's 600 s before its table: fewer methods and reps, tarred as they finish.
+  PIN=1 OUT=$OUT/idlecb bash bench/gpu/idlecost.sh 3 1000 none ebpf full fullcb idle idlecb
+  (cd "$OUT" && tar czf idlecb.tgz idlecb && rm -rf idlecb)
+  ;;
+s12)
+  # After the callbacks' API records lost their duplicates (a cuLaunchKernel made in cudaLaunchKernel
+  # got a record of its own: 110,254 extra in s11c's 1,000 eager cycles): per pinned launch, then
+  # the eager loop, each tarred as soon as it ends (a call that runs past 600 s brings nothing back
+  # that is not tarred). Check fullcb's api_records against full's in the reports.
+  PIN=1 OUT=$OUT/lc12 bash bench/gpu/launchcost_h200.sh 5 40 none full cbapi
+  (cd "$OUT" && tar czf lc12.tgz lc12 && rm -rf lc12)
+  PIN=1 OUT=$OUT/idle12 bash bench/gpu/idlecost.sh 3 1000 none full fullcb
+  (cd "$OUT" && tar czf idle12.tgz idle12 && rm -rf idle12)
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|guard" >&2
   exit 2
   ;;
 esac

@@ -177,22 +177,37 @@ func TestRunAttributesEveryCall(t *testing.T) {
 // CUPTI's enter and exit callbacks, and never enables CUPTI's API activity
 // kinds (the mock counts none of their records). Every launch still joins its
 // kernels: the same checks against the simulated GPU's ground truth as
-// TestRunAttributesEveryCall, eager and with CUDA graphs.
+// TestRunAttributesEveryCall, eager and with CUDA graphs, and with kernels
+// launched through the runtime (cudaLaunchKernel, whose record stands for its
+// cuLaunchKernel) with the API records from either source.
 func TestRunAPIRecordsFromCallbacks(t *testing.T) {
 	injLib, mockCupti, std, bin, root := standins(t)
 	const cycles = 40
 	py := testenv.Interpreters(t)[0]
-	for _, mode := range []string{"graph", "eager"} {
-		t.Run(mode, func(t *testing.T) {
+	cases := []struct {
+		name, mode, source string
+		runtime            bool // kernels launched through the stand-in runtime (cudaLaunchKernel), as PyTorch's
+	}{
+		{"graph", "graph", "callbacks", false},
+		{"eager", "eager", "callbacks", false},
+		{"eager-runtime", "eager", "callbacks", true},
+		{"eager-runtime-activity", "eager", "activity", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+			args := []string{"run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
 				"--events", filepath.Join(dir, "events.jsonl"), "--cycles-jsonl", "--cycles-kernels", "--",
 				py.Path, filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", fmt.Sprint(cycles),
-				"--mode", mode, "--stack-depth", "10", "--extra-thread", "--allreduce", "--log-interval", "8",
-				"--proctitle", "sglang::scheduler_TP0", "--side-stream")
+				"--mode", c.mode, "--stack-depth", "10", "--extra-thread", "--allreduce", "--log-interval", "8",
+				"--proctitle", "sglang::scheduler_TP0", "--side-stream"}
+			if c.runtime {
+				args = append(args, "--runtime-launch")
+			}
+			cmd := exec.Command(bin, args...)
 			mockStats := filepath.Join(dir, "mock.json")
 			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"),
-				"SPECPROF_CUPTI_LIB="+mockCupti, "SPECPROF_CUPTI_API_SOURCE=callbacks", "SPECPROF_MOCK_CUPTI_STATS="+mockStats)
+				"SPECPROF_CUPTI_LIB="+mockCupti, "SPECPROF_CUPTI_API_SOURCE="+c.source, "SPECPROF_MOCK_CUPTI_STATS="+mockStats)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("specprof run: %v\n%s", err, out)
@@ -202,15 +217,25 @@ func TestRunAPIRecordsFromCallbacks(t *testing.T) {
 				t.Fatal(err)
 			}
 			var m struct {
-				Records struct{ Kernel, API int }
+				Records struct {
+					Kernel, API int
+					RuntimeAPI  int `json:"runtime_api"`
+				}
+				RuntimeCallbacks int `json:"runtime_callbacks"`
 			}
 			if err := json.Unmarshal(b, &m); err != nil {
 				t.Fatalf("mock stats %s: %v", b, err)
 			}
-			if m.Records.API != 0 || m.Records.Kernel == 0 {
-				t.Errorf("mock CUPTI made %d API and %d kernel records: want no API record from CUPTI", m.Records.API, m.Records.Kernel)
+			cuptiAPI := m.Records.API + m.Records.RuntimeAPI
+			if m.Records.Kernel == 0 || (c.source == "callbacks") != (cuptiAPI == 0) {
+				t.Errorf("mock CUPTI made %d API and %d kernel records with API records from %s", cuptiAPI,
+					m.Records.Kernel, c.source)
+			}
+			if c.runtime && c.source == "callbacks" && m.RuntimeCallbacks == 0 {
+				t.Errorf("no runtime callback: the runtime's launches were not seen")
 			}
 			rep := readReport(t, dir)
+
 			checkReport(t, &rep, cycles)
 			if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 {
 				t.Errorf("losses: %+v", l)
@@ -219,7 +244,7 @@ func TestRunAPIRecordsFromCallbacks(t *testing.T) {
 				t.Errorf("library drops: %+v", g)
 			}
 			checkKernels(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "events.jsonl"))
-			checkGPUBusy(t, filepath.Join(dir, "truth.jsonl"), &rep, mode == "eager")
+			checkGPUBusy(t, filepath.Join(dir, "truth.jsonl"), &rep, c.mode == "eager")
 			checkCycles(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "cycles.jsonl"), &rep, cycles)
 		})
 	}

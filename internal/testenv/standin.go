@@ -47,7 +47,7 @@ var (
 	buildErr  error
 )
 
-// BuildStandins builds libcuda.so.1 and libnccl.so.2 (and their .so links) into build/standin
+// BuildStandins builds libcuda.so.1, libcudart.so.13 and libnccl.so.2 (and the .so links) into build/standin
 // under the repository root, once per test binary, and returns that directory. Concurrent test
 // binaries serialize on a lock file there; make rebuilds only what changed. It fails the test
 // when the build fails.
@@ -82,7 +82,7 @@ func buildStandins() (string, error) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, b)
 	}
-	for _, name := range []string{"libcuda.so.1", "libnccl.so.2"} {
+	for _, name := range []string{"libcuda.so.1", "libcudart.so.13", "libnccl.so.2"} {
 		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
 			return "", err
 		}

@@ -208,8 +208,10 @@ var wantCudaExports = []string{
 	"cuGetProcAddress_v2",
 	"simgpu_register_observer", "simgpu_set_tag", "simgpu_get_tag", "simgpu_set_function_duration",
 	"simgpu_get_function_duration", "simgpu_last_correlation_id", "simgpu_stream_free_at", "simgpu_get_config",
-	"simgpu_truth_line", "simgpu_flush_truth",
+	"simgpu_truth_line", "simgpu_flush_truth", "simgpu_runtime_enter", "simgpu_runtime_exit",
 }
+
+var wantCudartExports = []string{"cudaLaunchKernel"}
 
 var wantNcclExports = []string{
 	"ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRank", "ncclCommInitAll", "ncclCommDestroy", "ncclCommAbort",
@@ -227,6 +229,7 @@ func TestExportsStartWithPushRBP(t *testing.T) {
 	}{
 		{"libcuda.so.1", "libcuda.so.1", wantCudaExports},
 		{"libnccl.so.2", "libnccl.so.2", wantNcclExports},
+		{"libcudart.so.13", "libcudart.so.13", wantCudartExports},
 	} {
 		t.Run(lib.file, func(t *testing.T) {
 			f, err := elf.Open(filepath.Join(dir, lib.file))

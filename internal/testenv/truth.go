@@ -11,9 +11,11 @@ import (
 // selects which fields are meaningful:
 //
 //   - "api": one driver API call of libcuda.so.1 — Corr, API, Pid, Tid, Enter, Exit, Stream (the
-//     stream argument as passed, 0 when none), Result (CUresult), Tag.
+//     stream argument as passed, 0 when none), Result (CUresult), Tag, Parent (the runtime call
+//     it was made in, 0 when none).
+//   - "rtapi": one call of the stand-in runtime libcudart.so.13 — the fields of "api" but Parent.
 //   - "kernel": one kernel execution — Corr and API of the launching call (cuGraphLaunch for graph
-//     replays), Name, Stream (resolved: 0 = legacy default stream, else the stream's handle; for a
+//     replays; the runtime call when the launch was made in one), Name, Stream (resolved: 0 = legacy default stream, else the stream's handle; for a
 //     per-thread default stream the address of its simulator object), StreamID, Device, Context,
 //     Submit (the launch's "now"), Start, End, GraphID/GraphExecID/NodeID (0 outside graphs),
 //     Grid, Block, SharedMem, Pid, Tid, Tag, CaptureTag (replays: tag at capture).
@@ -39,6 +41,7 @@ type TruthRecord struct {
 	Exit   uint64 `json:"exit"`
 	Stream uint64 `json:"stream"`
 	Result int    `json:"result"`
+	Parent uint64 `json:"parent"`
 
 	Name        string    `json:"name"`
 	StreamID    uint32    `json:"stream_id"`

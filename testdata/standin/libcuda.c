@@ -56,6 +56,12 @@ static uint32_t g_pid;
 static __thread char t_tag[TAG_LEN];
 static __thread uint32_t t_tid;
 static __thread uint64_t t_last_corr;
+/* The runtime call this thread is in (the stand-in libcudart's, simgpu_runtime_enter): driver calls
+ * made in it are its parts, and the GPU work they make carries its correlation id, as with CUPTI. */
+static __thread struct {
+    uint64_t corr, enter, stream;
+    const char *api;
+} t_rt;
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -583,7 +589,8 @@ static void call_begin(struct call *c, const char *api, uint64_t stream) {
                             .tid = my_tid(),
                             .enter = c->enter,
                             .stream = stream,
-                            .tag = t_tag};
+                            .tag = t_tag,
+                            .parent = t_rt.corr};
         for (int i = 0; i < nobs; i++)
             if (g_obs[i].api_enter) g_obs[i].api_enter(&r);
     }
@@ -604,8 +611,8 @@ static struct pend *call_op(struct call *c, int kind) {
     memset(p, 0, sizeof *p);
     p->kind = kind;
     p->r.kind = (simgpu_op_kind)kind;
-    p->r.corr = c->corr;
-    p->r.api = c->api;
+    p->r.corr = t_rt.corr ? t_rt.corr : c->corr;
+    p->r.api = t_rt.corr ? t_rt.api : c->api;
     p->r.pid = g_pid;
     p->r.tid = my_tid();
     p->r.tag = t_tag;
@@ -717,9 +724,9 @@ static CUresult call_end(struct call *c, CUresult rc) {
         s.b[0] = 0;
         sb_fmt(&s, "{\"kind\":\"api\",\"corr\":%llu,\"api\":", (unsigned long long)c->corr);
         sb_str(&s, c->api);
-        sb_fmt(&s, ",\"pid\":%u,\"tid\":%u,\"enter\":%llu,\"exit\":%llu,\"stream\":%llu,\"result\":%d,\"tag\":", g_pid,
-               my_tid(), (unsigned long long)c->enter, (unsigned long long)exit_ns, (unsigned long long)c->stream,
-               (int)rc);
+        sb_fmt(&s, ",\"pid\":%u,\"tid\":%u,\"enter\":%llu,\"exit\":%llu,\"stream\":%llu,\"result\":%d,\"parent\":%llu,\"tag\":",
+               g_pid, my_tid(), (unsigned long long)c->enter, (unsigned long long)exit_ns, (unsigned long long)c->stream,
+               (int)rc, (unsigned long long)t_rt.corr);
         sb_str(&s, t_tag);
         sb_emit(&s);
     }
@@ -733,7 +740,8 @@ static CUresult call_end(struct call *c, CUresult rc) {
                             .exit = exit_ns,
                             .stream = c->stream,
                             .result = (int)rc,
-                            .tag = t_tag};
+                            .tag = t_tag,
+                            .parent = t_rt.corr};
         for (int i = 0; i < nobs; i++)
             if (g_obs[i].api_exit) g_obs[i].api_exit(&r);
     }
@@ -2004,6 +2012,61 @@ EXPORT int simgpu_register_observer(const simgpu_observer *obs) {
     atomic_store(&g_nobs, n + 1);
     UNLOCK();
     return 0;
+}
+
+EXPORT uint64_t simgpu_runtime_enter(const char *api, CUstream stream) {
+    FRAME();
+    cfg_ensure();
+    if (t_rt.corr || !api) return 0; /* runtime calls do not nest */
+    t_rt.enter = now_ns();
+    t_rt.corr = atomic_fetch_add(&g_corr, 1) + 1;
+    t_rt.api = api;
+    t_rt.stream = (uint64_t)(uintptr_t)stream;
+    t_last_corr = t_rt.corr;
+    int nobs = atomic_load(&g_nobs);
+    if (nobs > 0) {
+        simgpu_api_rec r = {.corr = t_rt.corr,
+                            .api = api,
+                            .pid = g_pid,
+                            .tid = my_tid(),
+                            .enter = t_rt.enter,
+                            .stream = t_rt.stream,
+                            .tag = t_tag};
+        for (int i = 0; i < nobs; i++)
+            if (g_obs[i].runtime_enter) g_obs[i].runtime_enter(&r);
+    }
+    return t_rt.corr;
+}
+
+EXPORT void simgpu_runtime_exit(uint64_t corr, int result) {
+    FRAME();
+    if (!corr || corr != t_rt.corr) return;
+    uint64_t exit_ns = now_ns();
+    if (truth_fd >= 0) {
+        sbuf s;
+        s.n = 0;
+        s.b[0] = 0;
+        sb_fmt(&s, "{\"kind\":\"rtapi\",\"corr\":%llu,\"api\":", (unsigned long long)corr);
+        sb_str(&s, t_rt.api);
+        sb_fmt(&s, ",\"pid\":%u,\"tid\":%u,\"enter\":%llu,\"exit\":%llu,\"stream\":%llu,\"result\":%d,\"tag\":", g_pid,
+               my_tid(), (unsigned long long)t_rt.enter, (unsigned long long)exit_ns, (unsigned long long)t_rt.stream,
+               result);
+        sb_str(&s, t_tag);
+        sb_emit(&s);
+    }
+    simgpu_api_rec r = {.corr = corr,
+                        .api = t_rt.api,
+                        .pid = g_pid,
+                        .tid = my_tid(),
+                        .enter = t_rt.enter,
+                        .exit = exit_ns,
+                        .stream = t_rt.stream,
+                        .result = result,
+                        .tag = t_tag};
+    t_rt.corr = 0;
+    int nobs = atomic_load(&g_nobs);
+    for (int i = 0; i < nobs; i++)
+        if (g_obs[i].runtime_exit) g_obs[i].runtime_exit(&r);
 }
 
 EXPORT void simgpu_set_tag(const char *tag) {

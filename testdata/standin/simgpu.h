@@ -29,12 +29,15 @@
  *
  * Truth file (SPECPROF_SIM_TRUTH): one JSON object per line, buffered, flushed at exit, when 1 MiB
  * is pending, before fork() and by simgpu_flush_truth(). Times are CLOCK_MONOTONIC ns.
- *   {"kind":"api","corr","api","pid","tid","enter","exit","stream","result","tag"}
- *       every call of an exported cu* function (stream: the argument as passed, 0 if none)
+ *   {"kind":"api","corr","api","pid","tid","enter","exit","stream","result","parent","tag"}
+ *       every call of an exported cu* function (stream: the argument as passed, 0 if none;
+ *       parent: the runtime call it was made in, 0 if none)
+ *   {"kind":"rtapi", same without "parent"}   every call of the stand-in libcudart.so
  *   {"kind":"kernel","corr","api","name","stream","stream_id","device","context","submit","start",
  *    "end","graph_id","graph_exec_id","node_id","grid":[x,y,z],"block":[x,y,z],"shared_mem","pid",
  *    "tid","tag","capture_tag"}
- *       corr/api/tid/tag: the launching call (cuGraphLaunch for all nodes of a replay); stream: the
+ *       corr/api/tid/tag: the launching call (cuGraphLaunch for all nodes of a replay; the runtime
+ *       call when the launch was made in one); stream: the
  *       resolved stream (0 = legacy, otherwise the handle; a per-thread default stream reports its
  *       simulator object's address); graph ids 0 outside replays; capture_tag: tag at capture time
  *   {"kind":"memcpy","corr","api","bytes","copy_kind":"HtoD"|"DtoH","stream","stream_id","device",
@@ -77,8 +80,9 @@ typedef struct simgpu_api_rec {
     uint64_t enter;    /* CLOCK_MONOTONIC ns */
     uint64_t exit;     /* CLOCK_MONOTONIC ns */
     uint64_t stream;   /* the stream argument as passed (0 when the call takes none) */
-    int result;        /* CUresult returned */
+    int result;        /* CUresult returned (runtime calls: their cudaError_t) */
     const char *tag;   /* thread tag (simgpu_set_tag), "" when unset */
+    uint64_t parent;   /* driver calls: the runtime call they were made in (its corr), 0 if none */
 } simgpu_api_rec;
 
 /* One GPU operation (kernel, copy, memset); mirrors the truth file's kernel/memcpy/memset lines. */
@@ -133,6 +137,9 @@ typedef struct simgpu_observer {
     void (*api_exit)(const struct simgpu_api_rec *);
     void (*gpu_op)(const struct simgpu_gpu_rec *);
     void (*graph_node)(const struct simgpu_graph_node_rec *);
+    /* A runtime call (the stand-in libcudart's) begins and ends: see simgpu_runtime_enter. */
+    void (*runtime_enter)(const struct simgpu_api_rec *);
+    void (*runtime_exit)(const struct simgpu_api_rec *);
 } simgpu_observer;
 
 /* Simulation parameters in effect (after the environment was read). */
@@ -148,6 +155,15 @@ typedef struct simgpu_config {
 
 /* Registers an observer (the struct is copied). Returns 0, or -1 when full (8) or obs is NULL. */
 int simgpu_register_observer(const simgpu_observer *obs);
+
+/* The stand-in libcudart.so (libcudart.c) brackets each of its calls with these: enter returns the
+ * runtime call's correlation id (from the driver calls' counter; 0 if the thread is already in a
+ * runtime call), exit ends it. Driver calls made in between carry it as their parent, the GPU work
+ * they make carries it as its corr and its name as its api (as CUPTI gives the kernels of
+ * cudaLaunchKernel the runtime call's correlation id), and exit writes a {"kind":"rtapi"} truth line
+ * shaped like an "api" line. */
+uint64_t simgpu_runtime_enter(const char *api, CUstream stream);
+void simgpu_runtime_exit(uint64_t corr, int result);
 
 /* Sets the calling thread's tag (truncated to 63 bytes; NULL clears it). */
 void simgpu_set_tag(const char *tag);

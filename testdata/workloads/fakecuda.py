@@ -48,6 +48,12 @@ NCCL_SUM = 0
 LEGACY_STREAM = 0  # the NULL stream handle: torch's default stream
 
 
+class Dim3(ctypes.Structure):
+    """dim3 (cuda_runtime): passed by value to cudaLaunchKernel."""
+
+    _fields_ = [("x", c_uint), ("y", c_uint), ("z", c_uint)]
+
+
 class CUlaunchConfig(ctypes.Structure):
     """CUlaunchConfig (cuda.h): hStream at offset 32, attrs at 40, numAttrs at 48."""
 
@@ -171,8 +177,9 @@ class Cuda(object):
     between its phase functions and each API call (--stack-depth).
     """
 
-    def __init__(self, device=0, libname="libcuda.so.1"):
+    def __init__(self, device=0, libname="libcuda.so.1", runtime=False):
         self.wrap = None
+        self._cudaLaunchKernel = None
         try:
             self.lib = lib = ctypes.CDLL(libname, mode=ctypes.RTLD_GLOBAL)
         except OSError as e:
@@ -244,6 +251,19 @@ class Cuda(object):
         self.set_current()
         self._functions = {}
         self._ex_configs = {}
+        if runtime:  # launches through the stand-in runtime, as PyTorch makes them
+            if not hasattr(lib, "simgpu_runtime_enter"):
+                raise RuntimeError("runtime launches need the stand-in libcuda.so.1 (the real runtime's "
+                                   "cudaLaunchKernel takes a kernel's host stub, which this workload has not)")
+            try:
+                rt = ctypes.CDLL("libcudart.so.13")
+            except OSError as e:
+                raise RuntimeError("loading libcudart.so.13 failed (%s); build the stand-ins "
+                                   "(make -C testdata/standin OUT=DIR)" % e)
+            f = rt.cudaLaunchKernel
+            f.restype = c_int
+            f.argtypes = [c_void_p, Dim3, Dim3, c_void_p, c_size_t, c_void_p]
+            self._cudaLaunchKernel = f
 
     # ---- helpers -----------------------------------------------------------------------------
 
@@ -399,6 +419,10 @@ class Cuda(object):
         return self.wrap(self._launch, fn, stream, ex, grid, block, shared)
 
     def _launch(self, fn, stream, ex, grid, block, shared):
+        if not ex and self._cudaLaunchKernel is not None:
+            self._check("cudaLaunchKernel", self._cudaLaunchKernel(
+                fn, Dim3(*grid), Dim3(*block), None, shared, stream))
+            return
         if not ex:
             self._check("cuLaunchKernel", self._cuLaunchKernel(
                 fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, stream,

@@ -88,12 +88,17 @@ def parse_args(argv=None):
                    help="the last rank's GPU arrives US microseconds late at every all-reduce (a kernel "
                         "of that length before it)")
     p.add_argument("--device", type=int, default=0, help="CUDA device ordinal")
+    p.add_argument("--runtime-launch", action="store_true",
+                   help="launch kernels with cudaLaunchKernel of the stand-in libcudart.so.13 (which "
+                        "calls cuLaunchKernel), as PyTorch does; needs --mode eager")
     p.add_argument("--self-check", action="store_true",
                    help="at every call, apply the sglang preset to the Python stack and compare "
                         "with the tag (presetcheck.py); exit 3 on any mismatch")
     a = p.parse_args(argv)
     if a.cycles < 0 or a.draft_steps < 1 or a.layers < 1 or a.draft_layers < 1:
         p.error("--cycles must be >= 0, --draft-steps/--layers/--draft-layers >= 1")
+    if a.runtime_launch and a.mode != "eager":
+        p.error("--runtime-launch needs --mode eager (graph capture launches through the driver)")
     if a.log_interval < 1 or a.batch_size < 1 or a.stack_depth < 0:
         p.error("--log-interval and --batch-size must be >= 1, --stack-depth >= 0")
     return a
@@ -267,7 +272,7 @@ def _main(a):
     if a.self_check:
         import presetcheck
         presetcheck.install()
-    cuda = fakecuda.Cuda(device=a.device)
+    cuda = fakecuda.Cuda(device=a.device, runtime=a.runtime_launch)
     if a.sleep_after_cuinit > 0:
         time.sleep(a.sleep_after_cuinit)
     kernels = Kernels(cuda, a.kernel_us)
