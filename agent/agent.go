@@ -211,6 +211,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			if now := time.Now(); now.Sub(set) > pollInterval/2 {
 				a.pr.SetDeadline(now.Add(pollInterval))
 				set = now
+				a.flushQuiet(now)
 			}
 		}
 		ev, err := a.pr.Read()

@@ -16,7 +16,9 @@ import (
 // window; the others keep their CPU figures (from eBPF) and are counted, and
 // so are the launches made outside windows (Loss.LaunchesUntraced).
 
-type traceWindow struct{ open, close uint64 } // close 0: still open
+// traceWindow is one window: close 0 while it is open, and then asOf, when
+// not 0, a time at which the library said it was still open.
+type traceWindow struct{ open, close, asOf uint64 }
 
 // dutyState is one process's windows, recent first-to-last.
 type dutyState struct {
@@ -62,9 +64,11 @@ func (a *Agent) noteWindows(pid int, ws []cupti.Window) {
 		}
 		n := len(d.windows)
 		if n > 0 && d.windows[n-1].open == w.Open {
-			d.windows[n-1].close = w.Close // the close of the open window
+			last := &d.windows[n-1]
+			last.close = w.Close // the close of the open window, or 0 with its asOf
+			last.asOf = max(last.asOf, w.OpenAsOf)
 		} else {
-			d.windows = append(d.windows, traceWindow{w.Open, w.Close})
+			d.windows = append(d.windows, traceWindow{w.Open, w.Close, w.OpenAsOf})
 		}
 		if w.Close != 0 {
 			d.closed++
@@ -97,8 +101,9 @@ func (a *Agent) traced(pid int, first, last uint64) bool {
 }
 
 // windowOpen reports whether the latest of pid's windows that opened at or
-// before t has not closed yet (as far as its records have come): whether a
-// cycle ending at t lies wholly inside a window is not known yet.
+// before t has not closed yet, and was not said to be open still at t or
+// later (as far as its records have come): whether a cycle ending at t lies
+// wholly inside a window is not known yet.
 func (a *Agent) windowOpen(pid int, t uint64) bool {
 	d := a.duty[pid]
 	if d == nil {
@@ -106,7 +111,7 @@ func (a *Agent) windowOpen(pid int, t uint64) bool {
 	}
 	for i := len(d.windows) - 1; i >= 0; i-- {
 		if w := d.windows[i]; w.open <= t {
-			return w.close == 0
+			return w.close == 0 && w.asOf < t
 		}
 	}
 	return false
@@ -196,15 +201,28 @@ func (cc *closedCycle) stripGPU() {
 
 // DutyStats describes duty-cycled GPU tracing of one process.
 type DutyStats struct {
-	Windows  int64   `json:"windows"`   // tracing windows closed
-	WindowNs uint64  `json:"window_ns"` // their total length
-	Share    float64 `json:"share"`     // of the time from the first window's open to the last close
+	Windows  int64   `json:"windows"`   // tracing windows, the one still open included
+	WindowNs uint64  `json:"window_ns"` // their total length (the open one's up to the last word that it was open)
+	Share    float64 `json:"share"`     // of the time from the first window's open to the last close or word
+	// StillOpen: the last window had not closed when its records stopped (a
+	// process that stopped synchronising keeps it open: its close waits).
+	StillOpen bool `json:"still_open,omitempty"`
 }
 
 func (d *dutyState) stats() *DutyStats {
 	s := &DutyStats{Windows: d.closed, WindowNs: d.openNs}
-	if d.last > d.first {
-		s.Share = float64(d.openNs) / float64(d.last-d.first)
+	end := d.last
+	if n := len(d.windows); n > 0 && d.windows[n-1].close == 0 {
+		w := d.windows[n-1]
+		s.Windows++
+		s.StillOpen = true
+		if w.asOf > w.open {
+			s.WindowNs += w.asOf - w.open
+			end = max(end, w.asOf)
+		}
+	}
+	if end > d.first {
+		s.Share = float64(s.WindowNs) / float64(end-d.first)
 	}
 	return s
 }

@@ -68,3 +68,46 @@ func TestGPUWindow(t *testing.T) {
 		t.Error("a kernel that started before the window opened: traced")
 	}
 }
+
+// TestWindowOpenAsOf: a cycle inside an open window waits for its close,
+// unless the library has said the window was still open after the cycle's
+// end; word of an older time changes nothing, and a window's close settles it.
+func TestWindowOpenAsOf(t *testing.T) {
+	a := &Agent{}
+	if a.windowOpen(1, 50) {
+		t.Fatal("no windows: nothing to wait for")
+	}
+	a.noteWindows(1, []cupti.Window{{Open: 100}})
+	if !a.windowOpen(1, 150) || a.windowOpen(1, 90) {
+		t.Fatal("open window: a cycle ending inside it waits, one ending before it does not")
+	}
+	a.noteWindows(1, []cupti.Window{{Open: 100, OpenAsOf: 300}})
+	for _, c := range []struct {
+		end  uint64
+		wait bool
+	}{{150, false}, {300, false}, {301, true}, {10_000, true}} {
+		if got := a.windowOpen(1, c.end); got != c.wait {
+			t.Errorf("open as of 300, cycle ending at %d: wait %v, want %v", c.end, got, c.wait)
+		}
+	}
+	if !a.traced(1, 120, 250) {
+		t.Error("a cycle inside the window, open as of 300: not traced")
+	}
+	if st := a.duty[1].stats(); st.Windows != 1 || !st.StillOpen || st.WindowNs != 200 || st.Share != 1 {
+		t.Errorf("open window's stats %+v: want one, still open, 200 ns long", st)
+	}
+	a.noteWindows(1, []cupti.Window{{Open: 100, OpenAsOf: 200}}) // out of order: keeps 300
+	if a.windowOpen(1, 250) {
+		t.Error("an older asOf moved the window's back")
+	}
+	a.noteWindows(1, []cupti.Window{{Open: 100, Close: 400}})
+	if a.windowOpen(1, 10_000) || a.traced(1, 350, 450) || !a.traced(1, 350, 399) {
+		t.Error("closed at 400")
+	}
+	if d := a.duty[1]; len(d.windows) != 1 || d.closed != 1 {
+		t.Errorf("heartbeats made windows of their own: %+v", d.windows)
+	}
+	if st := a.duty[1].stats(); st.Windows != 1 || st.StillOpen || st.WindowNs != 300 {
+		t.Errorf("closed window's stats %+v", st)
+	}
+}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"sync"
+	"time"
 
 	"github.com/specprof/specprof/cupti"
 )
@@ -84,14 +85,28 @@ type GPUHandler struct {
 	a     *Agent
 	mu    sync.Mutex
 	stats map[int]*GPUStats
+	conns map[*cupti.Conn]*connQuiet // live connections
 }
+
+// connQuiet is when a connection last moved its process's GPU watermark
+// (records, or a flush's answer), and when the agent last asked it to flush.
+type connQuiet struct {
+	moved, asked time.Time
+}
+
+// quietFlushAfter is how long a connection may move nothing before the agent
+// asks its library to flush, while cycles of its process wait for their GPU
+// side: a process that goes idle delivers nothing more, so without its
+// answer the watermark that decides those cycles would stand still until the
+// process made GPU work again or the session ended.
+const quietFlushAfter = 500 * time.Millisecond
 
 // GPU returns the handler for the CUPTI receiver (cupti.Receiver.Serve).
 func (a *Agent) GPU() *GPUHandler {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.gpu == nil {
-		a.gpu = &GPUHandler{a: a, stats: map[int]*GPUStats{}}
+		a.gpu = &GPUHandler{a: a, stats: map[int]*GPUStats{}, conns: map[*cupti.Conn]*connQuiet{}}
 	}
 	return a.gpu
 }
@@ -118,6 +133,7 @@ func (h *GPUHandler) Open(c *cupti.Conn) {
 	s := h.of(c)
 	s.Connections++
 	s.CUPTI = c.Info().CuptiVersion
+	h.conns[c] = &connQuiet{moved: time.Now()}
 }
 
 // Records implements cupti.Handler.
@@ -127,6 +143,9 @@ func (h *GPUHandler) Records(c *cupti.Conn, b *cupti.Batch) {
 	h.a.mu.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if q := h.conns[c]; q != nil && (b.Len() > len(b.Windows) || b.FlushAck) {
+		q.moved = time.Now()
+	}
 	s := h.of(c)
 	span := func(start, end uint64) {
 		if start != 0 && (s.FirstNs == 0 || start < s.FirstNs) {
@@ -184,6 +203,48 @@ func (h *GPUHandler) Records(c *cupti.Conn, b *cupti.Batch) {
 func (h *GPUHandler) Close(c *cupti.Conn, err error) {
 	if err != nil {
 		h.a.log.Warn("CUPTI connection ended", "pid", c.Info().Pid, "err", err)
+	}
+	h.mu.Lock()
+	delete(h.conns, c)
+	h.mu.Unlock()
+}
+
+// flushQuiet asks the libraries of processes whose cycles wait for their GPU
+// side, and whose connection has moved nothing for quietFlushAfter, to flush
+// (at most once per quietFlushAfter each). The answer says that everything
+// the GPU completed before it has been delivered.
+func (a *Agent) flushQuiet(now time.Time) {
+	a.mu.Lock()
+	h := a.gpu
+	var waiting map[int]bool
+	for pid, p := range a.procs {
+		for _, t := range p.threads {
+			if len(t.closed) > 0 {
+				if waiting == nil {
+					waiting = map[int]bool{}
+				}
+				waiting[pid] = true
+				break
+			}
+		}
+	}
+	a.mu.Unlock()
+	if h == nil || waiting == nil {
+		return
+	}
+	var ask []*cupti.Conn
+	h.mu.Lock()
+	for c, q := range h.conns {
+		if waiting[int(c.Info().Pid)] && now.Sub(q.moved) >= quietFlushAfter && now.Sub(q.asked) >= quietFlushAfter {
+			q.asked = now
+			ask = append(ask, c)
+		}
+	}
+	h.mu.Unlock()
+	for _, c := range ask { // outside the locks: the answer comes through Records
+		if err := c.Flush(); err != nil {
+			a.log.Debug("asking an idle process's library to flush", "pid", c.Info().Pid, "err", err)
+		}
 	}
 }
 

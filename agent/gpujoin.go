@@ -194,11 +194,12 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 }
 
 // drainClosed folds the cycles of pid that waited for a window's close
-// (see drain), once a batch has brought one.
+// (see drain), once a batch has brought one, or word that the window is still
+// open.
 func (a *Agent) drainClosed(pid int, ws []cupti.Window) {
 	closed := false
 	for _, w := range ws {
-		closed = closed || w.Close != 0
+		closed = closed || w.Close != 0 || w.OpenAsOf != 0
 	}
 	p := a.procs[pid]
 	if !closed || p == nil {

@@ -211,7 +211,11 @@ func load[T any](dst *T, src []byte) {
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(dst)), unsafe.Sizeof(*dst)), src)
 }
 
-// appendRec appends the record at the start of body (at least sizeof(T) bytes) to s.
+// sizeofWindowV1 is the WINDOW record's size before OpenAsOf was appended.
+const sizeofWindowV1 = 16
+
+// appendRec appends the record at the start of body to s; fields past the end
+// of a shorter body (a library that predates them) read as zero.
 func appendRec[T any](s []T, body []byte) []T {
 	var zero T
 	s = append(s, zero)
@@ -259,7 +263,7 @@ func (d *Decoder) record(typ RecordType, flags uint16, body []byte, b *Batch) {
 			b.Overheads = appendRec(b.Overheads, body)
 		}
 	case TypeWindow:
-		if !short(SizeofWindow) {
+		if !short(sizeofWindowV1) { // a library before OpenAsOf sends 16 bytes: OpenAsOf reads 0
 			b.Windows = appendRec(b.Windows, body)
 		}
 	case TypeGraphExec:

@@ -203,6 +203,29 @@ func TestDecodeLongerPayloadAccepted(t *testing.T) {
 	}
 }
 
+func TestDecodeWindowVersions(t *testing.T) {
+	// A library from before OpenAsOf sends 16-byte windows: accepted, OpenAsOf 0. A record
+	// shorter than that is an error.
+	type windowV1 struct{ Open, Close uint64 }
+	s := encHello(1)
+	s = append(s, encRecord(TypeWindow, 0, &windowV1{Open: 5, Close: 9}, nil)...)
+	s = append(s, encRecord(TypeWindow, 0, &Window{Open: 10, OpenAsOf: 20}, nil)...)
+	s = append(s, encRecord(TypeWindow, 0, &struct{ Open uint64 }{Open: 30}, nil)...)
+	d := NewDecoder()
+	var b Batch
+	n, err := d.Decode(s, &b)
+	if err != nil || n != len(s) {
+		t.Fatalf("decoded %d of %d bytes: %v", n, len(s), err)
+	}
+	want := []Window{{Open: 5, Close: 9}, {Open: 10, OpenAsOf: 20}}
+	if len(b.Windows) != 2 || b.Windows[0] != want[0] || b.Windows[1] != want[1] {
+		t.Errorf("windows %+v, want %+v", b.Windows, want)
+	}
+	if e := d.Stats().Errors; e.Short != 1 || e.Total() != 1 {
+		t.Errorf("errors %+v: want the 8-byte window counted short", e)
+	}
+}
+
 func TestDecodeNameLimits(t *testing.T) {
 	d := NewDecoder()
 	var s []byte

@@ -191,10 +191,13 @@ struct spw_overhead {
 };
 
 /* A window of GPU activity tracing (SPECPROF_CUPTI_DUTY): kernels, copies and sets are recorded
- * only while one is open. Sent when it opens (close 0) and when it closes. */
+ * only while one is open. Sent when it opens (close 0), every 100 ms while it stays open (close 0,
+ * openAsOf set: the agent need not wait for the close of a window that an idle process keeps open
+ * to know that its cycles were traced), and when it closes. */
 struct spw_window {
-    uint64_t open;  /* CLOCK_MONOTONIC ns, after the kinds were enabled */
-    uint64_t close; /* before they were disabled; 0 while open */
+    uint64_t open;     /* CLOCK_MONOTONIC ns, after the kinds were enabled */
+    uint64_t close;    /* before they were disabled; 0 while open */
+    uint64_t openAsOf; /* close 0: the window was still open at this time (0: not said) */
 };
 
 /* One execution of a CUDA graph as a whole (graph-level tracing, SPECPROF_CUPTI_KINDS=...,graph:

@@ -158,8 +158,9 @@ type LibStats struct {
 // Window is a window of GPU activity tracing (duty-cycled tracing): GPU records exist only for
 // work launched while one was open. Close is 0 while it is open.
 type Window struct {
-	Open  uint64
-	Close uint64
+	Open     uint64
+	Close    uint64
+	OpenAsOf uint64
 }
 
 // GraphExec is one execution of a CUDA graph as a whole (graph-level tracing): it replaces the
@@ -242,6 +243,6 @@ const (
 	SizeofName      = 0x8
 	SizeofOverhead  = 0x28
 	SizeofStats     = 0x98
-	SizeofWindow    = 0x10
+	SizeofWindow    = 0x18
 	SizeofGraphExec = 0x28
 )

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/internal/testenv"
@@ -480,5 +484,138 @@ func TestLostAPIRecords(t *testing.T) {
 	}
 	if want := fmt.Sprintf("(%d with a launch whose CUPTI API record was lost: CPU figures only)", main.GPULost); !strings.Contains(string(out), want) {
 		t.Errorf("the summary lacks %q:\n%s", want, out)
+	}
+}
+
+// TestIdleProcessCycles: a process that goes idle delivers no more CUPTI
+// records, so the watermark that decides its last cycles' GPU side stands
+// still; the agent asks its library to flush (the answer moves the
+// watermark), and the cycles reach the exporters while the process idles,
+// not when it exits.
+//
+// duty: inside a tracing window the idle process also stops making the
+// synchronising calls at which the library closes windows, so the close
+// waits; the library says every 100 ms that the window is still open, and a
+// cycle that ended before such word is known to lie inside the window. (They
+// used to wait for the close, which came only when the process exited.)
+func TestIdleProcessCycles(t *testing.T) {
+	t.Run("full", func(t *testing.T) { testIdleProcessCycles(t, false) })
+	t.Run("duty", func(t *testing.T) { testIdleProcessCycles(t, true) })
+}
+
+func testIdleProcessCycles(t *testing.T, duty bool) {
+	injLib, mockCupti, std, bin, root := standins(t)
+	py := testenv.Interpreters(t)[0]
+	dir := t.TempDir()
+	const cycles, idle = 30, 8 * time.Second
+	args := []string{"run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+		"--metrics-addr", "127.0.0.1:0"}
+	if duty {
+		// The window opens at the first synchronising call and is due to
+		// close after 1 s: the workload's cycles take less, then it idles
+		// (first in the open window, then with the close waiting for a call
+		// that never comes).
+		args = append(args, "--cupti-duty", "1s/100s")
+	}
+	cmd := exec.Command(bin, append(args, "--", py.Path,
+		filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", fmt.Sprint(cycles), "--mode", "eager",
+		"--sleep-at-exit", fmt.Sprint(idle.Seconds()))...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var logMu sync.Mutex
+	var logs strings.Builder
+	urlc, donec := make(chan string, 1), make(chan time.Time, 1)
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { // the workload's summary line: its cycles are done, it idles now
+		defer readers.Done()
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			logMu.Lock()
+			logs.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+			if strings.Contains(sc.Text(), `{"cycles":`) {
+				donec <- time.Now()
+			}
+		}
+	}()
+	go func() {
+		defer readers.Done()
+		re := regexp.MustCompile(`url=(http://\S+/metrics)`)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logMu.Lock()
+			logs.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				urlc <- m[1]
+			}
+		}
+	}()
+	fail := func(format string, args ...any) {
+		_ = cmd.Process.Kill()
+		readers.Wait()
+		_ = cmd.Wait()
+		logMu.Lock()
+		defer logMu.Unlock()
+		t.Fatalf(format+"\n%s", append(args, logs.String())...)
+	}
+	var url string
+	select {
+	case url = <-urlc:
+	case <-time.After(60 * time.Second):
+		fail("no metrics URL logged within 60 s")
+	}
+	var idleFrom time.Time
+	select {
+	case idleFrom = <-donec:
+	case <-time.After(60 * time.Second):
+		fail("the workload printed no summary within 60 s")
+	}
+	// Cycles reach the exporters once their GPU records are final (at most
+	// the join's 2 s horizon after the last); then the window's word.
+	var n float64
+	var reached time.Duration
+	for deadline := idleFrom.Add(idle - 2*time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		fams, err := scrape(url)
+		if err != nil {
+			fail("scrape %s: %v", url, err)
+		}
+		if n = sumCounter(fams["specprof_cycles_total"]); n >= cycles {
+			reached = time.Since(idleFrom)
+			break
+		}
+	}
+	if reached == 0 {
+		fail("%v of %d cycles reached the metrics in the first %v of the workload's %v idle time", n, cycles,
+			idle-2*time.Second, idle)
+	}
+	t.Logf("all %d cycles exported %v after the workload went idle", cycles, reached.Round(time.Millisecond))
+	readers.Wait()
+	if err := cmd.Wait(); err != nil {
+		fail("specprof run: %v", err)
+	}
+	rep := readReport(t, dir)
+	p := rep.Processes[0]
+	if d := p.Duty; duty && (d == nil || d.Windows != 1 || !d.StillOpen || d.WindowNs < uint64(idle/2) || d.Share < 0.9) {
+		t.Errorf("duty %+v: want the one window, still open, for most of the idle time", p.Duty)
+	}
+	for _, th := range p.Threads {
+		if th.TID == p.PID && (th.Cycles != cycles || th.Untraced >= cycles) {
+			t.Errorf("main thread: %d cycles, %d outside the window", th.Cycles, th.Untraced)
+		}
+	}
+	if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 {
+		t.Errorf("losses: %+v", l)
 	}
 }

@@ -676,6 +676,8 @@ static uint32_t g_duty_types;
 enum { W_CLOSED, W_OPENING, W_OPEN, W_CLOSING }; /* OPENING, CLOSING: the GPU kinds' switch is posted */
 static int g_wstate;
 static uint64_t g_window_start, g_window_end, g_next_toggle;
+static uint64_t g_window_asof; /* the last "still open" WINDOW record's time (sender) */
+#define WINDOW_HEARTBEAT_NS 100000000ull
 
 static const char *result_str(spc_result r) {
     const char *s = NULL;
@@ -1460,6 +1462,15 @@ static int ensure_attached(void) {
     return atomic_load(&g_cs) == CS_ATTACHED && !g_detach_pending ? 0 : -1;
 }
 
+/* Says that the open window was still open at `at` (a WINDOW record with close 0 and openAsOf):
+ * the agent holds a window's cycles until it knows the window's close came after them, and a
+ * process that stops synchronising (idle, or launching without waiting) keeps its window open. */
+static void window_heartbeat(uint64_t at) {
+    struct spw_window w = {.open = g_window_start, .close = 0, .openAsOf = at};
+    g_window_asof = at;
+    (void)out_record(SPW_WINDOW, 0, &w, sizeof w, NULL, 0);
+}
+
 /* Opens or closes the tracing window when due (cfg.duty_*); returns the next due time. Work launched
  * while a window is open has its GPU records; the agent counts GPU figures only for cycles that
  * lie wholly inside a window (WINDOW records). */
@@ -1469,7 +1480,7 @@ static uint64_t duty_step(uint64_t now) {
     if (!g_duty_types) return poll;
     uint32_t gpu = g_duty_types & K_GPU;
     const uint64_t wait_switch = now + 100000000ull; /* the switch wakes the sender (eventfd) before that */
-    struct spw_window w;
+    struct spw_window w = {0};
     switch (g_wstate) {
     case W_CLOSED:
         if (cfg.max_windows && g_windows >= cfg.max_windows) return poll;
@@ -1489,24 +1500,38 @@ static uint64_t duty_step(uint64_t now) {
     case W_OPENING:
         if (gpu && !gpu_switch_done()) return wait_switch;
         g_window_start = gpu ? atomic_load(&g_gs_at) : mono_ns();
+        g_window_asof = g_window_start;
         g_wstate = W_OPEN;
         g_next_toggle = g_window_start + cfg.duty_on_ns;
-        w.open = g_window_start, w.close = 0;
+        w.open = g_window_start, w.close = 0, w.openAsOf = 0;
         (void)out_record(SPW_WINDOW, 0, &w, sizeof w, NULL, 0);
         return g_next_toggle;
     case W_OPEN:
-        if (now < g_next_toggle) return poll < g_next_toggle ? poll : g_next_toggle;
+        if (now < g_next_toggle) {
+            /* Only the sender closes a window: it is open now. */
+            if (now >= g_window_asof + WINDOW_HEARTBEAT_NS) window_heartbeat(now);
+            uint64_t next = g_window_asof + WINDOW_HEARTBEAT_NS;
+            if (g_next_toggle < next) next = g_next_toggle;
+            return poll < next ? poll : next;
+        }
         g_window_end = mono_ns();
         g_wstate = W_CLOSING;
         if (gpu && !gpu_switch_post(0, gpu)) return wait_switch;
         /* fall through */
     default: /* W_CLOSING */
-        if (gpu && !gpu_switch_done()) return wait_switch;
+        if (gpu && !gpu_switch_done()) {
+            /* The close waits for a synchronising call. Time first: while no application thread has
+             * begun applying it (GS_WANT_OFF), the close's time will come after t. */
+            uint64_t t = mono_ns();
+            if (t >= g_window_asof + WINDOW_HEARTBEAT_NS && atomic_load(&g_gs) == GS_WANT_OFF)
+                window_heartbeat(t);
+            return wait_switch;
+        }
         if (gpu) g_window_end = atomic_load(&g_gs_at);
         window_api(0, 0);
         g_wstate = W_CLOSED;
         g_next_toggle = g_window_start + cfg.duty_period_ns;
-        w.open = g_window_start, w.close = g_window_end;
+        w.open = g_window_start, w.close = g_window_end, w.openAsOf = 0;
         (void)out_record(SPW_WINDOW, 0, &w, sizeof w, NULL, 0);
         if (cfg.max_windows && g_windows >= cfg.max_windows) { /* the last window closed */
             request_detach();
@@ -1659,6 +1684,7 @@ static void *sender_main(void *arg) {
     (void)arg;
     uint64_t now = mono_ns(), next_retry = now + cfg.retry_ns, next_flush = now + cfg.flush_ns,
              next_stats = now + STATS_PERIOD_NS, next_duty = UINT64_MAX;
+    int ack_pending = 0; /* the agent asked for a flush: answer after the next one */
     for (;;) {
         pthread_mutex_lock(&cupti_mu);
         if (atomic_load(&g_exit_req)) {
@@ -1701,6 +1727,10 @@ static void *sender_main(void *arg) {
             if (flushed || api_ring_half()) drain_api_ring_to(api_upto);
             drain_buffers_n(bufs);
             send_graph_nodes();
+            if (ack_pending && flushed) { /* everything CUPTI completed before the request is sent */
+                send_stats(SPW_FLAG_FLUSH_ACK);
+                ack_pending = 0;
+            }
             if (now >= next_stats) {
                 if (g_clock == SPW_CLOCK_OFFSET) measure_offset();
                 send_stats(0);
@@ -1708,6 +1738,7 @@ static void *sender_main(void *arg) {
             }
             (void)out_send();
         } else {
+            ack_pending = 0;
             poll_detach();
             if (g_gs_cb) (void)gpu_switch_done(); /* the GPU kinds' switch off, after a disconnect */
             if (!atomic_load(&g_collecting)) request_detach(); /* no agent: detach (cfg.detach) */
@@ -1743,15 +1774,12 @@ static void *sender_main(void *arg) {
             pthread_mutex_unlock(&cupti_mu);
         }
         if (pr > 0 && S.fd >= 0 && (p[1].revents & POLLOUT)) S.congested = 0;
+        /* The agent asks for a flush at the end of a session and while it waits on a process that
+         * went idle (agent/gpu.go flushQuiet): made at once by the next pass, in the order that keeps
+         * records after the WINDOW records of the switches made before them. */
         if (flush_req && S.fd >= 0) {
-            pthread_mutex_lock(&cupti_mu);
-            if (cupti_usable()) (void)C.ActivityFlushAll(0);
-            drain_api_ring();
-            drain_buffers();
-            send_graph_nodes();
-            send_stats(SPW_FLAG_FLUSH_ACK);
-            (void)out_send();
-            pthread_mutex_unlock(&cupti_mu);
+            ack_pending = 1;
+            next_flush = 0;
         }
     }
 }

@@ -104,8 +104,12 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 				g.RecordsPerSecond(), g.DroppedCUPTI, g.DroppedNoAgent, g.DroppedBackpressure, g.DroppedDisconnect)
 		}
 		if d := p.Duty; d != nil {
-			fmt.Fprintf(w, "  GPU traced in windows (--cupti-duty): %d windows, %.1f %% of the time; GPU figures are those of the cycles inside them\n",
-				d.Windows, 100*d.Share)
+			open := ""
+			if d.StillOpen {
+				open = " (the last still open: the process stopped synchronising, which closes it)"
+			}
+			fmt.Fprintf(w, "  GPU traced in windows (--cupti-duty): %d windows%s, %.1f %% of the time; GPU figures are those of the cycles inside them\n",
+				d.Windows, open, 100*d.Share)
 		}
 		if g := p.GPU; g != nil && g.GPUSwitches > 0 {
 			fmt.Fprintf(w, "  switches of CUPTI's GPU tracing: %d, each made by an application thread in a CUDA call, outside any launch: %s ms in all, at most %s ms at once\n",

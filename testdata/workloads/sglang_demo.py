@@ -77,6 +77,9 @@ def parse_args(argv=None):
     p.add_argument("--sleep-after-cuinit", type=float, default=0.0, metavar="S",
                    help="seconds to sleep after cuInit, before any other CUDA call (an injected "
                         "library then acts on its own first, e.g. detaches with nobody listening)")
+    p.add_argument("--sleep-at-exit", type=float, default=0.0, metavar="S",
+                   help="after the summary line, sleep S seconds before exiting (an idle process "
+                        "that keeps its CUDA context)")
     p.add_argument("--tp-rank", type=int, default=0, help="TP rank (log prefix)")
     p.add_argument("--tp-size", type=int, default=1,
                    help="tensor-parallel ranks: rank 0 (this process) starts ranks 1..N-1 as processes "
@@ -335,6 +338,8 @@ def _main(a):
         summary["self_check"] = presetcheck.report()
     sys.stdout.write(json.dumps(summary, sort_keys=False, separators=(",", ":")) + "\n")
     sys.stdout.flush()
+    if a.sleep_at_exit > 0:
+        time.sleep(a.sleep_at_exit)
     if a.self_check and summary["self_check"]["mismatches"]:
         sys.stderr.write("sglang_demo: --self-check: %d calls whose tag differs from the "
                          "preset's phase\n" % summary["self_check"]["mismatches"])
