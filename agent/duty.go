@@ -204,8 +204,9 @@ type DutyStats struct {
 	Windows  int64   `json:"windows"`   // tracing windows, the one still open included
 	WindowNs uint64  `json:"window_ns"` // their total length (the open one's up to the last word that it was open)
 	Share    float64 `json:"share"`     // of the time from the first window's open to the last close or word
-	// StillOpen: the last window had not closed when its records stopped (a
-	// process that stopped synchronising keeps it open: its close waits).
+	// StillOpen: the last window had not closed when its records ended (the
+	// process exited in it, or stopped making the synchronising calls at
+	// which the library closes windows).
 	StillOpen bool `json:"still_open,omitempty"`
 }
 

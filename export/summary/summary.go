@@ -106,7 +106,7 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 		if d := p.Duty; d != nil {
 			open := ""
 			if d.StillOpen {
-				open = " (the last still open: the process stopped synchronising, which closes it)"
+				open = " (the last one still open at the end)"
 			}
 			fmt.Fprintf(w, "  GPU traced in windows (--cupti-duty): %d windows%s, %.1f %% of the time; GPU figures are those of the cycles inside them\n",
 				d.Windows, open, 100*d.Share)
