@@ -490,6 +490,18 @@ static void on_api_enter(const simgpu_api_rec *r) {
 
 static void graph_launch_returned(uint64_t corr);
 
+/* The DRIVER or RUNTIME record of a call. */
+static struct mock_api api_record(uint32_t kind, uint32_t cbid, const simgpu_api_rec *r) {
+    return (struct mock_api){.kind = kind,
+                             .cbid = cbid,
+                             .start = rt(r->enter),
+                             .end = rt(r->exit),
+                             .processId = r->pid,
+                             .threadId = api_thread_id(r),
+                             .correlationId = (uint32_t)r->corr,
+                             .returnValue = (uint32_t)r->result};
+}
+
 /* The stand-in runtime's calls: callbacks in the runtime domain, and RUNTIME records. */
 static void on_runtime_enter(const simgpu_api_rec *r) {
     uint32_t cbid = runtime_cbid_of(r->api);
@@ -506,14 +518,7 @@ static void on_runtime_exit(const simgpu_api_rec *r) {
     fire(DOM_RUNTIME, cbid, &d);
     t_in_exit_callback = 0;
     if (atomic_load(&kind_on[KIND_RUNTIME]) && !atomic_load(&runtime_api_off[cbid])) {
-        struct mock_api a = {.kind = KIND_RUNTIME,
-                             .cbid = cbid,
-                             .start = rt(r->enter),
-                             .end = rt(r->exit),
-                             .processId = r->pid,
-                             .threadId = api_thread_id(r),
-                             .correlationId = (uint32_t)r->corr,
-                             .returnValue = (uint32_t)r->result};
+        struct mock_api a = api_record(KIND_RUNTIME, cbid, r);
         emit(&a, KIND_RUNTIME);
     }
 }
@@ -527,14 +532,7 @@ static void on_api_exit(const simgpu_api_rec *r) {
      * memset and sync, and its kernels carry the runtime call's correlation id. */
     if (atomic_load(&kind_on[KIND_DRIVER]) && cbid && !r->parent &&
         !(cbid < MOCK_MAX_CBID && atomic_load(&driver_api_off[cbid]))) {
-        struct mock_api a = {.kind = KIND_DRIVER,
-                             .cbid = cbid,
-                             .start = rt(r->enter),
-                             .end = rt(r->exit),
-                             .processId = r->pid,
-                             .threadId = api_thread_id(r),
-                             .correlationId = (uint32_t)r->corr,
-                             .returnValue = (uint32_t)r->result};
+        struct mock_api a = api_record(KIND_DRIVER, cbid, r);
         if (!cfg.drop_period_ns || r->enter % cfg.drop_period_ns >= cfg.drop_on_ns) emit(&a, KIND_DRIVER);
     }
     uint32_t st = sync_type(r->api);
