@@ -59,6 +59,7 @@ func (a *Agent) noteWindows(pid int, ws []cupti.Window) {
 	}
 	d := a.dutyCycled(pid)
 	for _, w := range ws {
+		a.log.Debug("GPU tracing window", "pid", pid, "open", w.Open, "close", w.Close, "open_as_of", w.OpenAsOf)
 		if d.first == 0 || w.Open < d.first {
 			d.first = w.Open
 		}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/specprof/specprof/agent/correlate"
@@ -11,7 +12,7 @@ import (
 // tracing window; an open window extends to now; a process without windows
 // is traced all the time; the window share is over the windowed time.
 func TestTraced(t *testing.T) {
-	a := &Agent{}
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
 	if !a.traced(1, 10, 20) {
 		t.Fatal("no windows: traced")
 	}
@@ -47,7 +48,7 @@ func TestTraced(t *testing.T) {
 // (and whole-graph executions) on the GPU as well as its calls; copies-only
 // keys do not move it.
 func TestGPUWindow(t *testing.T) {
-	a := &Agent{}
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
 	a.noteWindows(1, []cupti.Window{{Open: 100, Close: 200}})
 	var w gpuWindow
 	w.add(&correlate.KeyStats{Memcpys: 1})
@@ -73,7 +74,7 @@ func TestGPUWindow(t *testing.T) {
 // unless the library has said the window was still open after the cycle's
 // end; word of an older time changes nothing, and a window's close settles it.
 func TestWindowOpenAsOf(t *testing.T) {
-	a := &Agent{}
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
 	if a.windowOpen(1, 50) {
 		t.Fatal("no windows: nothing to wait for")
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"os"
 	"sync"
 	"time"
 
@@ -229,7 +230,7 @@ func (a *Agent) flushQuiet(now time.Time) {
 		}
 	}
 	a.mu.Unlock()
-	if h == nil || waiting == nil {
+	if h == nil || waiting == nil || os.Getenv("SPECPROF_QUIET_FLUSH") == "off" {
 		return
 	}
 	var ask []*cupti.Conn
@@ -242,6 +243,7 @@ func (a *Agent) flushQuiet(now time.Time) {
 	}
 	h.mu.Unlock()
 	for _, c := range ask { // outside the locks: the answer comes through Records
+		a.log.Debug("asking a quiet process's library to flush", "pid", c.Info().Pid, "at", monotonicNow())
 		if err := c.Flush(); err != nil {
 			a.log.Debug("asking an idle process's library to flush", "pid", c.Info().Pid, "err", err)
 		}

@@ -186,7 +186,9 @@ func (a *Agent) feedJoiner(c *cupti.Conn, b *cupti.Batch) {
 	}
 	if b.FlushAck || b.Final {
 		// Everything that completed before the flush has been delivered.
-		wm = max(wm, monotonicNow())
+		now := monotonicNow()
+		a.log.Debug("flush answered", "pid", pid, "at", now, "final", b.Final, "records_wm", wm)
+		wm = max(wm, now)
 	}
 	if wm > 0 {
 		a.joiner.AdvanceGPU(pid, wm)
@@ -223,6 +225,7 @@ func (a *Agent) joinLoss() {
 	l.GPUWithoutAPI = s.GPUNoAPI
 	l.GPULate = s.Late
 	l.GPUDuplicates = s.DuplicateGPU
+	l.APIDuplicates = s.DuplicateAPIs
 	l.GPUPending = s.PendingGPU
 	l.GPUStreamInversions = a.streams.Inversions
 }

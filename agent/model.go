@@ -181,6 +181,11 @@ type Loss struct {
 	// GPUStreamInversions counts GPU records that came after a later record
 	// of their stream: their hand-over gap is left out of GPU active time.
 	GPUStreamInversions uint64 `json:"gpu_records_out_of_stream_order"`
+	// APIDuplicates counts CUPTI API records whose correlation id an earlier
+	// record of the process already had: ignored, as the GPU work carrying
+	// that id cannot be told apart. CUPTI 13.0 gave every later call one id
+	// after its API kinds had been switched by duty windows (h200.md §16c).
+	APIDuplicates uint64 `json:"api_records_duplicated"`
 }
 
 // Report is the result of a session.

@@ -110,6 +110,10 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			}
 			fmt.Fprintf(w, "  GPU traced in windows (--cupti-duty): %d windows%s, %.1f %% of the time; GPU figures are those of the cycles inside them\n",
 				d.Windows, open, 100*d.Share)
+			if win, cyc := windowVsCycle(d, p.Threads); cyc > win/2 {
+				fmt.Fprintf(w, "  windows (%s ms on average) are not much longer than the cycles (%s ms): few cycles lie wholly inside one; give --cupti-duty an ON time of several cycles\n",
+					ms(win), ms(cyc))
+			}
 		}
 		if g := p.GPU; g != nil && g.GPUSwitches > 0 {
 			fmt.Fprintf(w, "  switches of CUPTI's GPU tracing: %d, each made by an application thread in a CUDA call, outside any launch: %s ms in all, at most %s ms at once\n",
@@ -160,9 +164,12 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 		}
 	}
 	l := r.Loss
-	if l.LaunchesWithoutAPI+l.GPUUnhooked+l.GPUWithoutAPI+l.GPULate+l.GPUDuplicates+l.GPUPending+l.GPUStreamInversions > 0 {
-		fmt.Fprintf(w, "GPU join: launches without a CUPTI API record %d; GPU records of unhooked calls %d, without API record %d, late %d, duplicated %d, pending %d, out of stream order %d\n",
-			l.LaunchesWithoutAPI, l.GPUUnhooked, l.GPUWithoutAPI, l.GPULate, l.GPUDuplicates, l.GPUPending, l.GPUStreamInversions)
+	if l.LaunchesWithoutAPI+l.GPUUnhooked+l.GPUWithoutAPI+l.GPULate+l.GPUDuplicates+l.GPUPending+l.GPUStreamInversions+l.APIDuplicates > 0 {
+		fmt.Fprintf(w, "GPU join: launches without a CUPTI API record %d; GPU records of unhooked calls %d, without API record %d, late %d, duplicated %d, pending %d, out of stream order %d; API records with a correlation id seen before %d\n",
+			l.LaunchesWithoutAPI, l.GPUUnhooked, l.GPUWithoutAPI, l.GPULate, l.GPUDuplicates, l.GPUPending, l.GPUStreamInversions, l.APIDuplicates)
+		if l.APIDuplicates > 0 {
+			fmt.Fprintln(w, "  CUPTI gave several calls one correlation id, so their GPU work could not be joined; with duty-cycled tracing, leave SPECPROF_CUPTI_API_SOURCE unset (API records from CUPTI's callbacks)")
+		}
 	}
 	if c := r.CPU; c.Samples > 0 || l.SamplesLost > 0 {
 		fmt.Fprintf(w, "\ncpu samples %d (%s ms of CPU): %d with a Python stack, %d in the kernel; without a Python stack: %d native threads, %d unknown interpreter, %d read errors; %d stacks truncated, %d torn frames (taken mid frame push); %d lost (ring buffer full)\n",
@@ -209,4 +216,25 @@ func WriteJSON(dir string, r *agent.Report) (string, error) {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	return path, nil
+}
+
+// windowVsCycle returns the mean length of a process's tracing windows and
+// the mean cycle of its busiest thread (ns; 0 when unknown). A cycle counts
+// as traced only when it lies wholly inside a window, so windows that are
+// not several cycles long leave most cycles without GPU figures (on the H200,
+// 100 ms windows over HF's 110 ms cycles traced 2 to 4 cycles of 91).
+func windowVsCycle(d *agent.DutyStats, threads []*agent.ThreadReport) (win, cyc float64) {
+	if d.Windows == 0 {
+		return 0, 0
+	}
+	var busiest *agent.ThreadReport
+	for _, t := range threads {
+		if t.Cycles > 0 && (busiest == nil || t.Cycles > busiest.Cycles) {
+			busiest = t
+		}
+	}
+	if busiest == nil {
+		return 0, 0
+	}
+	return float64(d.WindowNs) / float64(d.Windows), float64(busiest.CycleNs) / float64(busiest.Cycles)
 }
