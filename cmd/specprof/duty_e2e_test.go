@@ -30,13 +30,14 @@ import (
 // no CUPTI call after it; the three windows' cycles stay exact and the rest
 // have CPU figures only; the report states the detach and its cost.
 //
-// With SPECPROF_CUPTI_API_SOURCE=callbacks the windows' API records are made
-// by the library in CUPTI's callbacks (CUPTI's API kinds never on): the same
-// exact windows.
+// Duty-cycled, the windows' API records are made by the library in CUPTI's
+// callbacks by default (CUPTI's API kinds never on: switching them broke
+// CUPTI's correlation ids on the H200); with SPECPROF_CUPTI_API_SOURCE=activity
+// they are CUPTI's own, switched with the windows: the same exact windows.
 func TestCUPTIDuty(t *testing.T) {
 	t.Run("attached", func(t *testing.T) { testCUPTIDuty(t, false) })
 	t.Run("detach", func(t *testing.T) { testCUPTIDuty(t, true) })
-	t.Run("callbacks", func(t *testing.T) { testCUPTIDuty(t, false, "SPECPROF_CUPTI_API_SOURCE=callbacks") })
+	t.Run("activity", func(t *testing.T) { testCUPTIDuty(t, false, "SPECPROF_CUPTI_API_SOURCE=activity") })
 }
 
 func testCUPTIDuty(t *testing.T, detach bool, env ...string) {
@@ -63,8 +64,9 @@ func testCUPTIDuty(t *testing.T, detach bool, env ...string) {
 	if m.SwitchInFlight != 0 {
 		t.Errorf("mock CUPTI: %d GPU kind switches while GPU work was in flight", m.SwitchInFlight)
 	}
-	if len(env) > 0 && m.Records.API != 0 {
-		t.Errorf("mock CUPTI made %d API records: want none with the API records made in callbacks", m.Records.API)
+	if activity := len(env) > 0; activity != (m.Records.API != 0) {
+		t.Errorf("mock CUPTI made %d API records: want some only with SPECPROF_CUPTI_API_SOURCE=activity (%v)",
+			m.Records.API, env)
 	}
 	p := rep.Processes[0]
 	var main *agent.ThreadReport

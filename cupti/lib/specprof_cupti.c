@@ -104,11 +104,12 @@ static struct {
     uint32_t duty_mask; /* SPECPROF_CUPTI_DUTY_KINDS: the kinds windows switch (default all of K_WINDOWED) */
     int duty_graphs;    /* SPECPROF_CUPTI_DUTY_GRAPHS (default 1); 0: no window opens in a process that has
                          * built CUDA graphs (see g_duty_stopped) */
-    /* SPECPROF_CUPTI_API_SOURCE=callbacks (a cost experiment): the API records of the work calls are
-     * made by this library in CUPTI's enter and exit callbacks (timestamps from CLOCK_MONOTONIC, the
-     * correlation id CUPTI hands the callback) instead of CUPTI's DRIVER and RUNTIME activity kinds,
-     * which are never enabled. On the H200 a CUPTI whose kinds had never been enabled cost about
-     * nothing beyond eBPF, even with launch callbacks on, while API records cost 1.6 µs a launch. */
+    /* SPECPROF_CUPTI_API_SOURCE=callbacks (the default with duty-cycled tracing): the API records of
+     * the work calls are made by this library in CUPTI's enter and exit callbacks (timestamps from
+     * CLOCK_MONOTONIC, the correlation id CUPTI hands the callback) instead of CUPTI's DRIVER and
+     * RUNTIME activity kinds, which are never enabled, so windows never switch them (see
+     * read_config). With every kernel traced it saved nothing measurable on the H200 (h200.md §16a),
+     * so there CUPTI's own records stay the default. */
     int api_cb;
     uint32_t api_ring; /* SPECPROF_CUPTI_API_RING: slots of the callbacks' record ring (power of 2) */
 } cfg;
@@ -193,6 +194,7 @@ static void read_config(void) {
     cfg.no_subscribe = env_u64("SPECPROF_CUPTI_SUBSCRIBE", 1, 0, 1) == 0;
     cfg.duty_graphs = env_u64("SPECPROF_CUPTI_DUTY_GRAPHS", 1, 0, 1) != 0;
     const char *src = getenv("SPECPROF_CUPTI_API_SOURCE");
+    int src_set = src && *src;
     if (src && *src && strcmp(src, "activity")) {
         if (!strcmp(src, "callbacks"))
             cfg.api_cb = 1;
@@ -231,6 +233,15 @@ static void read_config(void) {
                    "all the time",
                    duty);
     }
+    /* Duty-cycled, the API records come from the callbacks unless asked otherwise: on the H200 (CUPTI
+     * 13.0), switching CUPTI's DRIVER and RUNTIME kinds on and off left it giving one correlation id to
+     * every later call and kernel of the switching thread, from some window on, in most runs of HF
+     * assisted generation (12,088 of about 24,000 windowed launches lost their join in one run); with
+     * those kinds never enabled, 0 in every run (docs/benchmarks/h200.md §16c). */
+    if (cfg.duty_on_ns && !src_set && !cfg.no_subscribe) cfg.api_cb = 1;
+    if (cfg.duty_on_ns && src_set && !cfg.api_cb)
+        logmsg("SPECPROF_CUPTI_API_SOURCE=activity with duty-cycled tracing: switching CUPTI's API kinds can leave "
+               "it giving every later call one correlation id (their GPU work then lost, and counted)");
 }
 
 static uint64_t mono_ns(void) {
