@@ -44,11 +44,12 @@ rep=json.load(open(sys.argv[1]))
 g=(rep.get("processes") or [{}])[0].get("gpu") or {}
 l=rep.get("loss") or {}
 r=json.load(open(sys.argv[2])) if sys.argv[2] else {}
-print("detached %s (wait %.2f ms), refused %s; windows %s, stopped at graphs %s; GPU switches %s (%.3f ms, max %.3f ms); launches without API record %s, outside windows %s; %.1f tok/s" % (
+print("detached %s (wait %.2f ms), refused %s; windows %s, stopped at graphs %s; GPU switches %s (%.3f ms, max %.3f ms); launches without API record %s, outside windows %s, API records repeating an id %s; %.1f tok/s" % (
       g.get("lib_cupti_detaches", 0), g.get("lib_detach_stall_ns", 0) / 1e6, g.get("lib_cupti_detach_refused", 0),
       ((rep.get("processes") or [{}])[0].get("gpu_duty") or {}).get("windows", 0), g.get("lib_duty_stopped_graphs", 0),
       g.get("lib_gpu_switches", 0), g.get("lib_gpu_switch_ns", 0) / 1e6, g.get("lib_gpu_switch_max_ns", 0) / 1e6,
-      l.get("launches_without_cupti_api_record", 0), l.get("launches_outside_gpu_windows", 0), r.get("tok_s") or 0))' \
+      l.get("launches_without_cupti_api_record", 0), l.get("launches_outside_gpu_windows", 0),
+      l.get("api_records_duplicated", 0), r.get("tok_s") or 0))' \
       "$d/sp/report.json" "$([ -s "$d/result.json" ] && echo "$d/result.json")" 2>&1)"
   fi
   if [ "$ok" != ok ] || [ "$rc" != 0 ]; then

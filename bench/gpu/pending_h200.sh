@@ -68,6 +68,27 @@
 #   s12        (issue 6) the callbacks' API records without their duplicates: pinned launch cost
 #              (none, full, cbapi; 5 reps) and the eager loop (none, full, fullcb; 3 reps); about
 #              5 minutes.
+#   s12b       (issue 6) HF assisted generation pinned (suite --pin 4: the workload alone on one core,
+#              specprof on the others), none / ebpf / full / fullduty / torchprof, 3 reps as the budget
+#              allows; every run's files exported to $OUT/hf12 as it ends (about 9 minutes).
+#   s12c       (issue 6) s12b's HF duty runs lost the API records of about 10,000 launches inside
+#              windows in 2 of 3 runs (0 in the third; 28-322 in session 6, before the agent's idle
+#              flush): debug logs of windows, flush requests and answers and the lost launches, with the
+#              idle flush on and off (SPECPROF_QUIET_FLUSH=off), 2 runs each, pinned as s12b.
+#   s12d       (issue 6) s12c: the idle flush is not it (14,185 lost with it off); the first runs on a
+#              fresh machine lose whole windows, later ones none, and the records do arrive. Every call
+#              and API record (--events) of 2 such runs, and bench/gpu/joinskew.py's table per window:
+#              do the records contain their launches, and how far is each from the nearest?
+#   s12e       (issue 6) s12d: from one window on, every API record and kernel carried one correlation
+#              id (CUPTI's, stuck), so the joiner dropped them as duplicates; the first runs on each fresh
+#              machine did so. Does it happen with the API records made in CUPTI's callbacks (the
+#              DRIVER and RUNTIME kinds never switched)? Two such runs first, then one as shipped.
+#   s12f       (issue 6) after s12e, duty-cycled tracing makes its API records in CUPTI's callbacks by
+#              default: HF with the default (the first run on a fresh machine, where s12c-e lost
+#              windows), then the 2ms/10ms graph-loop stress that lost about 10,500 API records a run
+#              in sessions 9-10 (§13c, §14a), 2 runs.
+#   s12g       (issue 6) the duty cost on the graph loop with s12f's default (API records from CUPTI's
+#              callbacks): none / fullduty, 3 reps, about 2.5 minutes.
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -211,12 +232,98 @@ s12)
   PIN=1 OUT=$OUT/idle12 bash bench/gpu/idlecost.sh 3 1000 none full fullcb
   (cd "$OUT" && tar czf idle12.tgz idle12 && rm -rf idle12)
   ;;
+s12b)
+  $P bench/gpu/suite.py --specprof build/specprof --cupti-lib build/libspecprof_cupti.so --python "$P" \
+    --out /tmp/hf12 --export "$OUT/hf12" --pin 4 --workloads hf --methods none,ebpf,full,fullduty,torchprof \
+    --reps 3 --budget-s 530 --run-timeout-s 100 > /tmp/hf12.log 2>&1
+  echo "hf12: rc $?"
+  grep -A12 "^| method" /tmp/hf12/table.md | head -30
+  ;;
+s12c)
+  PIN=1 . bench/gpu/pin.sh
+  mkdir -p /tmp/hfloss
+  for i in 1 2; do
+    for q in on off; do
+      d=/tmp/hfloss/$q-$i; mkdir -p "$d"
+      SPECPROF_QUIET_FLUSH=$q "${A[@]}" build/specprof run -v -q --interval 0 --cupti on \
+        --cupti-lib build/libspecprof_cupti.so --cupti-duty 100ms/1s --preset hf-assisted -o "$d" -- \
+        "${W[@]}" "$P" bench/gpu/hf_assisted.py --prompts 4 --new-tokens 64 --noise-scale 0.0486968 \
+        --result "$d/result.json" > "$d.log" 2>&1
+      echo "$q-$i: rc $? $(grep -o '"launches_without_cupti_api_record": [0-9]*' "$d/report.json")"
+      grep -E "window|flush|without CUPTI|tok/s|WARN|ERROR" "$d.log" > "$d.dbg"
+      cp "$d/report.json" "$d.report.json"
+    done
+  done
+  (cd /tmp/hfloss && tar czf "$OUT/hfloss.tgz" ./*.dbg ./*.report.json)
+  ;;
+s12d)
+  PIN=1 . bench/gpu/pin.sh
+  mkdir -p /tmp/skew
+  for i in 1 2; do
+    d=/tmp/skew/r$i; mkdir -p "$d"
+    "${A[@]}" build/specprof run -v -q --interval 0 --cupti on --events "$d/events.jsonl" \
+      --cupti-lib build/libspecprof_cupti.so --cupti-duty 100ms/1s --preset hf-assisted -o "$d" -- \
+      "${W[@]}" "$P" bench/gpu/hf_assisted.py --prompts 4 --new-tokens 64 --noise-scale 0.0486968 \
+      --result "$d/result.json" > "$d.log" 2>&1
+    echo "r$i: rc $? $(grep -o '"launches_without_cupti_api_record": [0-9]*' "$d/report.json")"
+    "$P" bench/gpu/joinskew.py "$d/events.jsonl" "$d.log" > "$d.skew.md" 2>&1
+    head -30 "$d.skew.md"
+    grep -E "window|flush|without CUPTI|tok/s|WARN|ERROR" "$d.log" > "$d.dbg"
+    cp "$d/report.json" "$d.report.json"
+    gzip -c "$d/events.jsonl" > "$d.events.jsonl.gz"
+  done
+  (cd /tmp/skew && tar czf "$OUT/skew.tgz" ./*.dbg ./*.report.json ./*.skew.md)
+  ls -la /tmp/skew/*.gz
+  for f in /tmp/skew/*.gz; do [ "$(stat -c %s "$f")" -lt 16000000 ] && cp "$f" "$OUT/"; done
+  ;;
+s12e)
+  PIN=1 . bench/gpu/pin.sh
+  mkdir -p /tmp/skew
+  for r in cb1:callbacks cb2:callbacks act3:activity; do
+    i=${r%%:*} src=${r#*:}
+    d=/tmp/skew/$i; mkdir -p "$d"
+    SPECPROF_CUPTI_API_SOURCE=$src "${A[@]}" build/specprof run -v -q --interval 0 --cupti on \
+      --events "$d/events.jsonl" --cupti-lib build/libspecprof_cupti.so --cupti-duty 100ms/1s --preset hf-assisted \
+      -o "$d" -- "${W[@]}" "$P" bench/gpu/hf_assisted.py --prompts 4 --new-tokens 64 --noise-scale 0.0486968 \
+      --result "$d/result.json" > "$d.log" 2>&1
+    echo "$i: rc $? $(grep -o '"launches_without_cupti_api_record": [0-9]*' "$d/report.json")"
+    "$P" bench/gpu/joinskew.py "$d/events.jsonl" "$d.log" > "$d.skew.md" 2>&1
+    head -1 "$d.skew.md"
+    grep -E "window|flush|without CUPTI|tok/s|WARN|ERROR" "$d.log" > "$d.dbg"
+    cp "$d/report.json" "$d.report.json"
+    gzip -c "$d/events.jsonl" > "$OUT/$i.events.jsonl.gz"
+  done
+  (cd /tmp/skew && tar czf "$OUT/skew.tgz" ./*.dbg ./*.report.json ./*.skew.md)
+  ;;
+s12f)
+  PIN=1 . bench/gpu/pin.sh
+  mkdir -p /tmp/skew
+  d=/tmp/skew/hf; mkdir -p "$d"
+  "${A[@]}" build/specprof run -v -q --interval 0 --cupti on --events "$d/events.jsonl" \
+    --cupti-lib build/libspecprof_cupti.so --cupti-duty 100ms/1s --preset hf-assisted -o "$d" -- \
+    "${W[@]}" "$P" bench/gpu/hf_assisted.py --prompts 4 --new-tokens 64 --noise-scale 0.0486968 \
+    --result "$d/result.json" > "$d.log" 2>&1
+  echo "hf: rc $? $(grep -o '"launches_without_cupti_api_record": [0-9]*\|"api_records_duplicated": [0-9]*' "$d/report.json" | tr '\n' ' ')"
+  "$P" bench/gpu/joinskew.py "$d/events.jsonl" "$d.log" > "$d.skew.md" 2>&1
+  head -1 "$d.skew.md"
+  cp "$d/report.json" "$d.report.json"
+  OUT=/tmp/skew/graph SPECPROF_CUPTI_DUTY_GRAPHS=1 bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 2ms/10ms
+  cat /tmp/skew/graph/summary.txt | tail -5
+  (cd /tmp/skew && tar czf "$OUT/s12f.tgz" ./hf.skew.md ./hf.report.json ./graph)
+  ;;
+s12g)
+  $P bench/gpu/suite.py --specprof build/specprof --cupti-lib build/libspecprof_cupti.so --python "$P" \
+    --out /tmp/duty12 --export "$OUT/duty12" --workloads eagle-graph --methods none,fullduty --reps 3 \
+    --eagle-cycles 3000 --budget-s 150 --run-timeout-s 45 > /tmp/duty12.log 2>&1
+  echo "duty12: rc $?"
+  grep -A4 "^| method" /tmp/duty12/table.md | head -6
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|guard" >&2
   exit 2
   ;;
 esac

@@ -81,7 +81,7 @@ LABEL = {
     "cudaev": "(g) CUDA events (ground truth)",
     "fullall": "(c2) specprof full, every CUPTI API record",
     "fulllean": "(c3) specprof full, no CPU sampler, no pprof/Perfetto",
-    "fullduty": "(c4) specprof full, GPU tracing in windows (--cupti-duty 100ms/1s)",
+    "fullduty": "(c4) specprof full, GPU tracing in windows (--cupti-duty 100ms/1s; HF 500ms/5s)",
     "fullgraph": "(c5) specprof full, graph-level tracing of graph replays (--cupti-graphs graph)",
     "fulldutylong": "(c6) specprof full, GPU tracing in longer windows (--cupti-duty 500ms/5s)",
     "fullidle": "(c7) specprof full, GPU tracing 1 ms a minute (--cupti-duty 1ms/60s): the library's standing cost",
@@ -112,6 +112,9 @@ IDLE_METHODS = ("fullidle", "idlenoov", "idleoff", "idledetach")
 DETACH_METHODS = ("fulldetach", "fulldetachlong", "idledetach")
 SPECPROF_METHODS = ("ebpf", "ebpflean") + CUPTI_METHODS
 WORKLOADS = ["hf", "eagle-graph", "eagle-eager"]
+# The windows of (c4): a cycle has GPU figures only when it lies wholly inside one, so a window
+# spans several cycles (HF's are about 110 ms on the H200; 100 ms windows traced 2-4 of 91, §16b).
+DUTY = {"hf": "500ms/5s", "eagle": "100ms/1s"}
 FAMILY = {"hf": "hf", "eagle-graph": "eagle", "eagle-eager": "eagle"}
 PRESET = {"hf": "hf-assisted", "eagle-graph": "sglang-eagle", "eagle-eager": "sglang-eagle"}
 DESCRIPTION = {
@@ -217,6 +220,10 @@ def parse_args(argv=None):
                    help="libspecprof_cupti.so for --cupti on (default: next to --specprof when present)")
     p.add_argument("--specprof-args", default="", help="extra flags for 'specprof run' (one string)")
     p.add_argument("--python", default=sys.executable, help="Python with torch (+ transformers)")
+    p.add_argument("--pin", type=int, default=-1, metavar="CPU",
+                   help="run each workload on this CPU and its SMT siblings, and specprof (and its "
+                        "helpers) on the other CPUs, as bench/gpu/pin.sh does: this host's runs "
+                        "spread less when nothing shares the workload's core (-1: not pinned)")
     p.add_argument("--budget-s", type=float, default=500.0,
                    help="wall-clock budget: no run is started that is not expected to end within it")
     p.add_argument("--reps", type=int, default=4, help="repetitions (each: every method once per workload)")
@@ -262,7 +269,25 @@ def parse_args(argv=None):
         a.cupti_lib = cand if os.path.exists(cand) else ""
     elif not os.path.isabs(a.cupti_lib):
         a.cupti_lib = os.path.abspath(os.path.join(ROOT, a.cupti_lib))
+    a.pin_workload, a.pin_rest = pin_sets(a.pin) if a.pin >= 0 else ("", "")
     return a
+
+
+def pin_sets(cpu):
+    """The CPU list for the workload (cpu and its SMT siblings) and for everything else."""
+    try:
+        with open("/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list" % cpu) as f:
+            spec = f.read().strip()
+    except OSError:
+        spec = str(cpu)
+    wl = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        wl.update(range(int(lo), int(hi or lo) + 1))
+    rest = sorted(os.sched_getaffinity(0) - wl)
+    if cpu not in os.sched_getaffinity(0) or not rest:
+        raise SystemExit("--pin %d: CPU %d is not usable here, or no CPU is left for specprof" % (cpu, cpu))
+    return ",".join(str(c) for c in sorted(wl)), ",".join(str(c) for c in rest)
 
 
 # ---------------------------------------------------------------- commands
@@ -286,6 +311,8 @@ def workload_cmd(a, w, timing, result, noise, calibrate=False):
         if noise is not None:
             cmd += ["--noise-scale", repr(noise)]
     cmd += ["--result", result]
+    if a.pin_workload:
+        cmd = ["taskset", "-c", a.pin_workload] + cmd
     return cmd
 
 
@@ -297,7 +324,7 @@ def specprof_cmd(a, method, w, outdir, inner):
     if method in IDLE_METHODS:
         cmd += ["--cupti-duty", "1ms/60s"]
     if method in ("fullduty", "dutynoov", "fulldetach", "dutycb"):
-        cmd += ["--cupti-duty", "100ms/1s"]
+        cmd += ["--cupti-duty", DUTY[FAMILY[w]]]
     if method == "fullgraph":
         cmd += ["--cupti-graphs", "graph"]
     if method in ("fulldutylong", "fulldetachlong"):
@@ -308,6 +335,8 @@ def specprof_cmd(a, method, w, outdir, inner):
     if method in CUPTI_METHODS and a.cupti_lib:
         cmd += ["--cupti-lib", a.cupti_lib]
     cmd += shlex.split(a.specprof_args)
+    if a.pin_rest:
+        cmd = ["taskset", "-c", a.pin_rest] + cmd
     return cmd + ["--"] + inner
 
 
@@ -873,6 +902,8 @@ class Suite:
                                           " '| cuda', torch.version.cuda, '| transformers', tv)"], timeout=90))
         else:
             out.append("python: %s (dry run)" % sys.version.split()[0])
+        if a.pin_workload:
+            out.append("pinned: workloads on CPUs %s, specprof on %s (--pin)" % (a.pin_workload, a.pin_rest))
         text = "\n".join(out)
         self.meta["versions"] = text
         with open(os.path.join(a.out, "versions.txt"), "a") as f:

@@ -233,6 +233,30 @@ class TestDriver(DryRunBase):
         self.assertIn("| (c12) as (c4), 6 windows, then CUPTI detached (--cupti-windows 6 --cupti-detach) | 1 / 1 |",
                       self.table())
 
+    def test_pin(self):
+        """--pin: the workload on one core, specprof on the others (taskset around each)."""
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            self.skipTest("needs two CPUs")  # CI's machines have two or more
+        cpu = cpus[-1]
+        wl, rest = suite.pin_sets(cpu)
+        self.assertIn(str(cpu), wl.split(","))
+        self.assertNotIn(str(cpu), rest.split(","))
+        r = self.suite("--workloads", "eagle-graph", "--methods", "none,ebpf", "--reps", "1", "--pin", str(cpu))
+        self.assertEqual(r.returncode, 0, self.last_output)
+        runs = {x["method"]: x for x in self.rows() if x["method"] != "calib"}
+        for m in ("none", "ebpf"):
+            self.assertEqual(runs[m]["status"], "ok", (m, runs[m]["error"]))
+            with open(os.path.join(self.out, "runs", runs[m]["run_id"], "cmd.txt")) as f:
+                cmd = f.read()
+            inner = cmd[cmd.index(" -- ") + 4:] if m == "ebpf" else cmd
+            self.assertTrue(inner.startswith("taskset -c %s " % wl), cmd)
+            if m == "ebpf":
+                self.assertTrue(cmd.startswith("taskset -c %s " % rest), cmd)
+        r = self.suite("--workloads", "eagle-graph", "--methods", "none", "--reps", "1", "--pin", "4096")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--pin 4096", self.last_output)
+
     def test_two_calls_merged(self):
         """Two device calls write two result dirs; --render-only --merge makes one table."""
         first = self.out
