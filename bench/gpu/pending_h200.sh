@@ -89,6 +89,11 @@
 #              in sessions 9-10 (§13c, §14a), 2 runs.
 #   s12g       (issue 6) the duty cost on the graph loop with s12f's default (API records from CUPTI's
 #              callbacks): none / fullduty, 3 reps, about 2.5 minutes.
+#   s13        (issue 6) prepared in session 12: HF unpinned (pinning put CUPTI's threads and the
+#              library's sender on the workload's core, §16b), with the duty windows HF needs
+#              (500ms/5s: its cycles are about 110 ms), 4 reps of shorter runs, exported as they end
+#              (about 9 minutes). Check in the reports: api_records_duplicated 0, and how many cycles
+#              the windows traced.
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -318,12 +323,19 @@ s12g)
   echo "duty12: rc $?"
   grep -A4 "^| method" /tmp/duty12/table.md | head -6
   ;;
+s13)
+  $P bench/gpu/suite.py --specprof build/specprof --cupti-lib build/libspecprof_cupti.so --python "$P" \
+    --out /tmp/hf13 --export "$OUT/hf13" --workloads hf --methods none,ebpf,full,fullduty,torchprof \
+    --reps 4 --hf-new-tokens 48 --budget-s 530 --run-timeout-s 90 > /tmp/hf13.log 2>&1
+  echo "hf13: rc $?"
+  grep -A8 "^| method" /tmp/hf13/table.md | head -10
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|guard" >&2
   exit 2
   ;;
 esac

@@ -236,8 +236,8 @@ static void read_config(void) {
     /* Duty-cycled, the API records come from the callbacks unless asked otherwise: on the H200 (CUPTI
      * 13.0), switching CUPTI's DRIVER and RUNTIME kinds on and off left it giving one correlation id to
      * every later call and kernel of the switching thread, from some window on, in most runs of HF
-     * assisted generation (12,088 of about 24,000 windowed launches lost their join in one run); with
-     * those kinds never enabled, 0 in every run (docs/benchmarks/h200.md §16c). */
+     * assisted generation (in one run 12,088 of the 14,272 launches made in windows lost their join);
+     * with those kinds never enabled, 0 in every run (docs/benchmarks/h200.md §16c). */
     if (cfg.duty_on_ns && !src_set && !cfg.no_subscribe) cfg.api_cb = 1;
     if (cfg.duty_on_ns && src_set && !cfg.api_cb)
         logmsg("SPECPROF_CUPTI_API_SOURCE=activity with duty-cycled tracing: switching CUPTI's API kinds can leave "
