@@ -94,6 +94,9 @@
 #              (500ms/5s: its cycles are about 110 ms), 4 reps of shorter runs, exported as they end
 #              (about 9 minutes). Check in the reports: api_records_duplicated 0, and how many cycles
 #              the windows traced.
+#   s13b       (issue 6, issue 4) HF's per-phase GPU figures against CUDA events of the same runs (fullev)
+#              and of separate runs (cudaev), 2 reps (about 4 minutes): the one workload without that
+#              comparison.
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -330,12 +333,19 @@ s13)
   echo "hf13: rc $?"
   grep -A8 "^| method" /tmp/hf13/table.md | head -10
   ;;
+s13b)
+  $P bench/gpu/suite.py --specprof build/specprof --cupti-lib build/libspecprof_cupti.so --python "$P" \
+    --out /tmp/hfacc --export "$OUT/hfacc" --workloads hf --methods fullev,cudaev --reps 2 --hf-new-tokens 48 \
+    --budget-s 300 --run-timeout-s 90 > /tmp/hfacc.log 2>&1
+  echo "hfacc: rc $?"
+  grep -A20 "^Per-phase" /tmp/hfacc/table.md | head -24
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|guard" >&2
   exit 2
   ;;
 esac
