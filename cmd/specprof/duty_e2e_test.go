@@ -623,3 +623,59 @@ func testIdleProcessCycles(t *testing.T, duty bool) {
 		t.Errorf("losses: %+v", l)
 	}
 }
+
+// TestCUPTIDutyStuckCorrelation: on the H200, CUPTI 13.0 gave every call and
+// kernel one correlation id from some window on, once duty windows had
+// switched its API kinds (h200.md §16c); the mock CUPTI does the same with
+// SPECPROF_MOCK_CUPTI_STUCK_CORR=1 from the second window. With CUPTI's own
+// API records (SPECPROF_CUPTI_API_SOURCE=activity) the repeated ids are
+// counted, their launches lost, and the summary says what to do. By default
+// windows make the API records in CUPTI's callbacks and never switch those
+// kinds: nothing sticks, nothing is lost.
+func TestCUPTIDutyStuckCorrelation(t *testing.T) {
+	for _, src := range []string{"activity", ""} {
+		name := src
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) {
+			injLib, mockCupti, std, bin, root := standins(t)
+			dir := t.TempDir()
+			cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+				"--cupti-duty", "100ms/300ms", "--", "python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"),
+				"--cycles", "400", "--mode", "eager")
+			mockStats := filepath.Join(dir, "mock.json")
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti,
+				"SPECPROF_MOCK_CUPTI_STATS="+mockStats, "SPECPROF_MOCK_CUPTI_STUCK_CORR=1", "SPECPROF_CUPTI_API_SOURCE="+src)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("specprof run: %v\n%s", err, out)
+			}
+			rep := readReport(t, dir)
+			var m struct {
+				Stuck uint64 `json:"stuck_correlation_id"`
+			}
+			if b, err := os.ReadFile(mockStats); err != nil || json.Unmarshal(b, &m) != nil {
+				t.Fatalf("mock CUPTI stats: %v %s", err, b)
+			}
+			if d := rep.Processes[0].Duty; d == nil || d.Windows < 3 {
+				t.Fatalf("want 3 windows or more (the fault comes at the second): %+v\n%s", d, out)
+			}
+			l := rep.Loss
+			if src == "activity" {
+				if m.Stuck == 0 || l.APIDuplicates == 0 || l.LaunchesWithoutAPI == 0 {
+					t.Errorf("stuck id %d: want it counted: api_records_duplicated %d, launches_without_cupti_api_record %d\n%s",
+						m.Stuck, l.APIDuplicates, l.LaunchesWithoutAPI, out)
+				}
+				if !strings.Contains(string(out), "leave SPECPROF_CUPTI_API_SOURCE unset") {
+					t.Errorf("the summary does not say what to do:\n%s", out)
+				}
+				return
+			}
+			if m.Stuck != 0 || l.APIDuplicates != 0 || l.LaunchesWithoutAPI != 0 {
+				t.Errorf("default: stuck id %d, api_records_duplicated %d, launches_without_cupti_api_record %d: want none\n%s",
+					m.Stuck, l.APIDuplicates, l.LaunchesWithoutAPI, out)
+			}
+		})
+	}
+}

@@ -39,6 +39,11 @@
  *                                   requests are treated as refused (records dropped, counted)
  *   SPECPROF_MOCK_CUPTI_KERNEL_SIZE=n   write kernel records of n bytes (a layout the client does
  *                                   not know: it must refuse rather than mis-decode)
+ *   SPECPROF_MOCK_CUPTI_STUCK_CORR=1  once the DRIVER kind is enabled a second time (a duty window
+ *                                   opening again), every later correlation id, in records and
+ *                                   callbacks alike, is the next driver call's: what CUPTI 13.0
+ *                                   did on the H200 after its API kinds were switched by windows
+ *                                   (docs/benchmarks/h200.md §16c)
  */
 #define _GNU_SOURCE
 #include "mock_layouts.h"
@@ -102,7 +107,20 @@ static struct {
     /* SPECPROF_MOCK_CUPTI_DROP_API=ON_MS/PERIOD_MS: lose the driver API records of the calls that
      * start in the first ON_MS of every PERIOD_MS, as CUPTI did on the H200 in some windows. */
     uint64_t drop_on_ns, drop_period_ns;
+    int stuck_corr; /* SPECPROF_MOCK_CUPTI_STUCK_CORR=1 */
 } cfg;
+
+/* SPECPROF_MOCK_CUPTI_STUCK_CORR: enables of the DRIVER kind so far, whether the next driver call's
+ * id is to stick, and the stuck id (0: none). */
+static atomic_uint driver_enables;
+static atomic_int stuck_armed;
+static _Atomic uint64_t stuck_id;
+
+/* The correlation id CUPTI reports for the simulator's corr. */
+static uint32_t corr_out(uint64_t corr) {
+    uint64_t s = atomic_load_explicit(&stuck_id, memory_order_relaxed);
+    return (uint32_t)(s ? s : corr);
+}
 
 static size_t rec_size(uint32_t kind) {
     switch (kind) {
@@ -441,7 +459,7 @@ static void api_callback(const simgpu_api_rec *r, uint32_t site) {
     if (!cbid) return;
     struct mock_callback_data d = {.callbackSite = site,
                                    .functionName = r->api,
-                                   .correlationId = (uint32_t)r->corr};
+                                   .correlationId = corr_out(r->corr)};
     t_in_exit_callback = site == 1;
     fire(DOM_DRIVER, cbid, &d);
     t_in_exit_callback = 0;
@@ -481,6 +499,10 @@ static void note_switch(uint32_t kind) {
 }
 
 static void on_api_enter(const simgpu_api_rec *r) {
+    if (atomic_load_explicit(&stuck_armed, memory_order_relaxed) && atomic_exchange(&stuck_armed, 0)) {
+        uint64_t none = 0;
+        (void)atomic_compare_exchange_strong(&stuck_id, &none, r->corr);
+    }
     if (is_graph_launch(r->api)) {
         t_in_graph_launch = 1;
         atomic_fetch_add(&n_in_graph_launch, 1);
@@ -498,7 +520,7 @@ static struct mock_api api_record(uint32_t kind, uint32_t cbid, const simgpu_api
                              .end = rt(r->exit),
                              .processId = r->pid,
                              .threadId = api_thread_id(r),
-                             .correlationId = (uint32_t)r->corr,
+                             .correlationId = corr_out(r->corr),
                              .returnValue = (uint32_t)r->result};
 }
 
@@ -506,14 +528,14 @@ static struct mock_api api_record(uint32_t kind, uint32_t cbid, const simgpu_api
 static void on_runtime_enter(const simgpu_api_rec *r) {
     uint32_t cbid = runtime_cbid_of(r->api);
     if (!cbid) return;
-    struct mock_callback_data d = {.callbackSite = 0, .functionName = r->api, .correlationId = (uint32_t)r->corr};
+    struct mock_callback_data d = {.callbackSite = 0, .functionName = r->api, .correlationId = corr_out(r->corr)};
     fire(DOM_RUNTIME, cbid, &d);
 }
 
 static void on_runtime_exit(const simgpu_api_rec *r) {
     uint32_t cbid = runtime_cbid_of(r->api);
     if (!cbid) return;
-    struct mock_callback_data d = {.callbackSite = 1, .functionName = r->api, .correlationId = (uint32_t)r->corr};
+    struct mock_callback_data d = {.callbackSite = 1, .functionName = r->api, .correlationId = corr_out(r->corr)};
     t_in_exit_callback = 1;
     fire(DOM_RUNTIME, cbid, &d);
     t_in_exit_callback = 0;
@@ -543,7 +565,7 @@ static void on_api_exit(const simgpu_api_rec *r) {
         s.s.type = st;
         s.s.start = rt(r->enter);
         s.s.end = rt(r->exit);
-        s.s.correlationId = (uint32_t)r->corr;
+        s.s.correlationId = corr_out(r->corr);
         pthread_mutex_lock(&mu);
         s.s.contextId = nctx ? 1 : 0;
         s.s.streamId = st == 3 ? stream_id_locked(r->stream) : 0xffffffffu;
@@ -581,7 +603,7 @@ static void graph_node_ran_locked(const simgpu_gpu_rec *r, uint32_t ctx) {
     memset(free_slot, 0, sizeof *free_slot);
     free_slot->corr = r->corr;
     free_slot->g.kind = KIND_GRAPH_TRACE;
-    free_slot->g.correlationId = (uint32_t)r->corr;
+    free_slot->g.correlationId = corr_out(r->corr);
     free_slot->g.start = rt(r->start);
     free_slot->g.end = rt(r->end);
     free_slot->g.deviceId = free_slot->g.endDeviceId = (uint32_t)r->device;
@@ -656,7 +678,7 @@ static void on_gpu_op(const simgpu_gpu_rec *r) {
         k.k9.blockZ = (int32_t)r->block[2];
         k.k9.staticSharedMemory = 0;
         k.k9.dynamicSharedMemory = (int32_t)r->shared_mem;
-        k.k9.correlationId = (uint32_t)r->corr;
+        k.k9.correlationId = corr_out(r->corr);
         k.k9.gridId = (int64_t)r->corr;
         k.k9.name = name;
         k.k9.queued = rt(r->submit);
@@ -680,7 +702,7 @@ static void on_gpu_op(const simgpu_gpu_rec *r) {
         m.m5.deviceId = (uint32_t)r->device;
         m.m5.contextId = ctx;
         m.m5.streamId = r->stream_id;
-        m.m5.correlationId = (uint32_t)r->corr;
+        m.m5.correlationId = corr_out(r->corr);
         m.copyCount = 1;
         emit(&m, KIND_MEMCPY);
     } else if (r->kind == SIMGPU_OP_MEMSET) {
@@ -695,7 +717,7 @@ static void on_gpu_op(const simgpu_gpu_rec *r) {
         m.deviceId = (uint32_t)r->device;
         m.contextId = ctx;
         m.streamId = r->stream_id;
-        m.correlationId = (uint32_t)r->corr;
+        m.correlationId = corr_out(r->corr);
         m.memoryKind = 3;
         emit(&m, KIND_MEMSET);
     }
@@ -724,7 +746,7 @@ static void write_stats(void) {
             "\"resource_callbacks\":%llu,\"buffers_delivered\":%llu,\"flushes\":%llu,\"subscribes\":%llu,"
             "\"finalizes\":%llu,\"finalize_outside_exit_callback\":%llu,\"calls_while_detached\":%llu,"
             "\"finalize_with_graphs\":%llu,\"gpu_switch_in_graph_launch\":%llu,\"gpu_switch_in_flight\":%llu,"
-            "\"warnings\":[",
+            "\"stuck_correlation_id\":%llu,\"warnings\":[",
             cfg.version, atomic_load(&ever_enabled) ? "true" : "false",
             (unsigned long long)n_records[KIND_CONCURRENT_KERNEL], (unsigned long long)n_records[KIND_MEMCPY],
             (unsigned long long)n_records[KIND_MEMSET], (unsigned long long)n_records[KIND_DRIVER],
@@ -735,7 +757,7 @@ static void write_stats(void) {
             (unsigned long long)n_subscribes, (unsigned long long)n_finalizes,
             (unsigned long long)n_finalize_outside_exit, (unsigned long long)n_calls_detached,
             (unsigned long long)n_finalize_with_graphs, (unsigned long long)n_gpu_switch_in_launch,
-            (unsigned long long)n_gpu_switch_in_flight);
+            (unsigned long long)n_gpu_switch_in_flight, (unsigned long long)atomic_load(&stuck_id));
     for (int i = 0; i < nwarn; i++) fprintf(f, "%s\"%s\"", i ? "," : "", warnings[i]);
     fprintf(f, "]}\n");
     fclose(f);
@@ -760,6 +782,7 @@ static void init(void) {
     unsigned long long don = 0, dper = 0;
     if (da && sscanf(da, "%llu/%llu", &don, &dper) == 2 && dper > don)
         cfg.drop_on_ns = don * 1000000ull, cfg.drop_period_ns = dper * 1000000ull;
+    cfg.stuck_corr = getenv("SPECPROF_MOCK_CUPTI_STUCK_CORR") && !strcmp(getenv("SPECPROF_MOCK_CUPTI_STUCK_CORR"), "1");
     const char *sp = getenv("SPECPROF_MOCK_CUPTI_STATS");
     if (sp) snprintf(cfg.stats_path, sizeof cfg.stats_path, "%s", sp);
     struct timespec r;
@@ -883,6 +906,8 @@ EXPORT CUptiResult cuptiActivityEnable(uint32_t kind) {
     NOT_DETACHED();
     if (kind >= KIND_MAX || !kind_supported(kind)) return CUPTI_ERROR_NOT_SUPPORTED;
     note_switch(kind);
+    if (cfg.stuck_corr && kind == KIND_DRIVER && atomic_fetch_add(&driver_enables, 1) == 1)
+        atomic_store(&stuck_armed, 1);
     atomic_store(&kind_on[kind], 1);
     atomic_store(&ever_enabled, 1);
     return CUPTI_SUCCESS;
