@@ -115,6 +115,22 @@ suite() { # NAME ARGS...
   for f in table.md raw.csv phases.csv; do [ -f "/tmp/$name/$f" ] && cp "/tmp/$name/$f" "$OUT/$name-$f"; done
   grep -A16 "^Per-phase" "/tmp/$name/table.md" 2>/dev/null | cut -c1-400
 }
+hfduty() { # DIR: HF assisted generation under --cupti-duty 100ms/1s, pinned (PIN=1 pin.sh sourced), with
+  # -v and --events: DIR.log, DIR.dbg (windows, flushes, losses), DIR.report.json, DIR.skew.md
+  # (bench/gpu/joinskew.py); the environment passes through (SPECPROF_CUPTI_API_SOURCE, ...).
+  local d=$1
+  mkdir -p "$d"
+  "${A[@]}" build/specprof run -v -q --interval 0 --cupti on --events "$d/events.jsonl" \
+    --cupti-lib build/libspecprof_cupti.so --cupti-duty 100ms/1s --preset hf-assisted -o "$d" -- \
+    "${W[@]}" "$P" bench/gpu/hf_assisted.py --prompts 4 --new-tokens 64 --noise-scale 0.0486968 \
+    --result "$d/result.json" > "$d.log" 2>&1
+  echo "$(basename "$d"): rc $? $(grep -o '"launches_without_cupti_api_record": [0-9]*\|"api_records_duplicated": [0-9]*' \
+    "$d/report.json" | tr '\n' ' ')"
+  "$P" bench/gpu/joinskew.py "$d/events.jsonl" "$d.log" > "$d.skew.md" 2>&1
+  head -1 "$d.skew.md"
+  grep -E "window|flush|without CUPTI|tok/s|WARN|ERROR" "$d.log" > "$d.dbg"
+  cp "$d/report.json" "$d.report.json"
+}
 case "${1:-}" in
 accuracy)
   suite eager8192 --workloads eagle-eager --methods none,full,cudaev,fullev \
@@ -268,55 +284,27 @@ s12d)
   PIN=1 . bench/gpu/pin.sh
   mkdir -p /tmp/skew
   for i in 1 2; do
-    d=/tmp/skew/r$i; mkdir -p "$d"
-    "${A[@]}" build/specprof run -v -q --interval 0 --cupti on --events "$d/events.jsonl" \
-      --cupti-lib build/libspecprof_cupti.so --cupti-duty 100ms/1s --preset hf-assisted -o "$d" -- \
-      "${W[@]}" "$P" bench/gpu/hf_assisted.py --prompts 4 --new-tokens 64 --noise-scale 0.0486968 \
-      --result "$d/result.json" > "$d.log" 2>&1
-    echo "r$i: rc $? $(grep -o '"launches_without_cupti_api_record": [0-9]*' "$d/report.json")"
-    "$P" bench/gpu/joinskew.py "$d/events.jsonl" "$d.log" > "$d.skew.md" 2>&1
-    head -30 "$d.skew.md"
-    grep -E "window|flush|without CUPTI|tok/s|WARN|ERROR" "$d.log" > "$d.dbg"
-    cp "$d/report.json" "$d.report.json"
-    gzip -c "$d/events.jsonl" > "$d.events.jsonl.gz"
+    hfduty /tmp/skew/r$i
+    gzip -c /tmp/skew/r$i/events.jsonl > /tmp/skew/r$i.events.jsonl.gz
   done
   (cd /tmp/skew && tar czf "$OUT/skew.tgz" ./*.dbg ./*.report.json ./*.skew.md)
-  ls -la /tmp/skew/*.gz
   for f in /tmp/skew/*.gz; do [ "$(stat -c %s "$f")" -lt 16000000 ] && cp "$f" "$OUT/"; done
   ;;
 s12e)
   PIN=1 . bench/gpu/pin.sh
   mkdir -p /tmp/skew
   for r in cb1:callbacks cb2:callbacks act3:activity; do
-    i=${r%%:*} src=${r#*:}
-    d=/tmp/skew/$i; mkdir -p "$d"
-    SPECPROF_CUPTI_API_SOURCE=$src "${A[@]}" build/specprof run -v -q --interval 0 --cupti on \
-      --events "$d/events.jsonl" --cupti-lib build/libspecprof_cupti.so --cupti-duty 100ms/1s --preset hf-assisted \
-      -o "$d" -- "${W[@]}" "$P" bench/gpu/hf_assisted.py --prompts 4 --new-tokens 64 --noise-scale 0.0486968 \
-      --result "$d/result.json" > "$d.log" 2>&1
-    echo "$i: rc $? $(grep -o '"launches_without_cupti_api_record": [0-9]*' "$d/report.json")"
-    "$P" bench/gpu/joinskew.py "$d/events.jsonl" "$d.log" > "$d.skew.md" 2>&1
-    head -1 "$d.skew.md"
-    grep -E "window|flush|without CUPTI|tok/s|WARN|ERROR" "$d.log" > "$d.dbg"
-    cp "$d/report.json" "$d.report.json"
-    gzip -c "$d/events.jsonl" > "$OUT/$i.events.jsonl.gz"
+    SPECPROF_CUPTI_API_SOURCE=${r#*:} hfduty /tmp/skew/${r%%:*}
+    gzip -c /tmp/skew/${r%%:*}/events.jsonl > "$OUT/${r%%:*}.events.jsonl.gz"
   done
   (cd /tmp/skew && tar czf "$OUT/skew.tgz" ./*.dbg ./*.report.json ./*.skew.md)
   ;;
 s12f)
   PIN=1 . bench/gpu/pin.sh
   mkdir -p /tmp/skew
-  d=/tmp/skew/hf; mkdir -p "$d"
-  "${A[@]}" build/specprof run -v -q --interval 0 --cupti on --events "$d/events.jsonl" \
-    --cupti-lib build/libspecprof_cupti.so --cupti-duty 100ms/1s --preset hf-assisted -o "$d" -- \
-    "${W[@]}" "$P" bench/gpu/hf_assisted.py --prompts 4 --new-tokens 64 --noise-scale 0.0486968 \
-    --result "$d/result.json" > "$d.log" 2>&1
-  echo "hf: rc $? $(grep -o '"launches_without_cupti_api_record": [0-9]*\|"api_records_duplicated": [0-9]*' "$d/report.json" | tr '\n' ' ')"
-  "$P" bench/gpu/joinskew.py "$d/events.jsonl" "$d.log" > "$d.skew.md" 2>&1
-  head -1 "$d.skew.md"
-  cp "$d/report.json" "$d.report.json"
+  hfduty /tmp/skew/hf
   OUT=/tmp/skew/graph SPECPROF_CUPTI_DUTY_GRAPHS=1 bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 2ms/10ms
-  cat /tmp/skew/graph/summary.txt | tail -5
+  tail -5 /tmp/skew/graph/summary.txt
   (cd /tmp/skew && tar czf "$OUT/s12f.tgz" ./hf.skew.md ./hf.report.json ./graph)
   ;;
 s12g)
