@@ -108,6 +108,9 @@ type Agent struct {
 	inSample    bool                 // resolving a CPU sample's stack (classify counts its failures apart)
 	ranks       map[int]*rankTrack   // tensor-parallel ranks (ranks.go)
 	duty        map[int]*dutyState   // duty-cycled GPU tracing windows by pid (duty.go)
+	// noQuietFlush: SPECPROF_QUIET_FLUSH=off, no flush requests to quiet
+	// libraries (flushQuiet; a diagnostic).
+	noQuietFlush bool
 }
 
 // New creates an Agent over the given probes.
@@ -120,7 +123,8 @@ func New(pr Probes, opts Options) (*Agent, error) {
 		log = slog.Default()
 	}
 	a := &Agent{pr: pr, opts: opts, log: log, matchers: map[bool]*phase.Matcher{}, procs: map[int]*process{},
-		roots: map[int]bool{}, exited: make(chan int, 16), started: time.Now()}
+		roots: map[int]bool{}, exited: make(chan int, 16), started: time.Now(),
+		noQuietFlush: os.Getenv("SPECPROF_QUIET_FLUSH") == "off"}
 	for _, py310 := range []bool{false, true} {
 		m, err := opts.Preset.Compile(py310)
 		if err != nil {

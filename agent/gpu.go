@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"os"
 	"sync"
 	"time"
 
@@ -230,7 +229,7 @@ func (a *Agent) flushQuiet(now time.Time) {
 		}
 	}
 	a.mu.Unlock()
-	if h == nil || waiting == nil || os.Getenv("SPECPROF_QUIET_FLUSH") == "off" {
+	if h == nil || waiting == nil || a.noQuietFlush {
 		return
 	}
 	var ask []*cupti.Conn
@@ -243,10 +242,8 @@ func (a *Agent) flushQuiet(now time.Time) {
 	}
 	h.mu.Unlock()
 	for _, c := range ask { // outside the locks: the answer comes through Records
-		a.log.Debug("asking a quiet process's library to flush", "pid", c.Info().Pid, "at", monotonicNow())
-		if err := c.Flush(); err != nil {
-			a.log.Debug("asking an idle process's library to flush", "pid", c.Info().Pid, "err", err)
-		}
+		err := c.Flush()
+		a.log.Debug("asking a quiet process's library to flush", "pid", c.Info().Pid, "at", monotonicNow(), "err", err)
 	}
 }
 

@@ -195,7 +195,7 @@ static void read_config(void) {
     cfg.duty_graphs = env_u64("SPECPROF_CUPTI_DUTY_GRAPHS", 1, 0, 1) != 0;
     const char *src = getenv("SPECPROF_CUPTI_API_SOURCE");
     int src_set = src && *src;
-    if (src && *src && strcmp(src, "activity")) {
+    if (src_set && strcmp(src, "activity")) {
         if (!strcmp(src, "callbacks"))
             cfg.api_cb = 1;
         else
