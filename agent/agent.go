@@ -189,6 +189,23 @@ func (a *Agent) AttachRunning(pid int) error {
 	return nil
 }
 
+// stopProbes removes the uprobes of every traced process when the session
+// ends: the target goes on (attach) without paying for them, and the drain
+// sees an end. The report keeps each process's libraries.
+func (a *Agent) stopProbes() {
+	a.mu.Lock()
+	pids := make([]int, 0, len(a.procs))
+	for pid := range a.procs {
+		pids = append(pids, pid)
+	}
+	a.mu.Unlock()
+	t0 := time.Now()
+	for _, pid := range pids {
+		a.pr.DetachLibraries(pid)
+	}
+	a.log.Debug("probes removed at the session's end", "processes", len(pids), "took", time.Since(t0).Round(time.Microsecond))
+}
+
 // Detach removes pid's probes; AttachRunning puts them back.
 func (a *Agent) Detach(pid int) {
 	a.pr.DetachLibraries(pid)
@@ -200,7 +217,12 @@ func (a *Agent) Detach(pid int) {
 	}
 }
 
-// Run processes events until ctx is cancelled, then drains what is left.
+// drainLimit bounds the drain after cancellation: with the probes removed
+// the backlog is at most one ring buffer, read in well under a second.
+const drainLimit = 5 * time.Second
+
+// Run processes events until ctx is cancelled, then removes every traced
+// process's uprobes and drains what is left.
 func (a *Agent) Run(ctx context.Context) error {
 	// Reads wake up at least every pollInterval so cancellation is seen even
 	// when nothing is traced; after cancellation, the backlog is drained
@@ -209,10 +231,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The deadline is renewed only now and then (every 64 reads, once half
 	// of it has passed): setting it costs a clock read and a timer update,
 	// too much for every record at the launch rate.
-	var set time.Time
+	var set, stopped time.Time
 	for n := 0; ; n++ {
 		if n%64 == 0 {
-			if now := time.Now(); now.Sub(set) > pollInterval/2 {
+			now := time.Now()
+			// A busy target (attach --duration, Ctrl-C) keeps the ring buffer
+			// from ever running empty, so cancellation is checked here too.
+			if stopped.IsZero() && ctx.Err() != nil {
+				// Removing uprobes takes the kernel about 0.1 s each (3-6 s for
+				// a libcuda's); the drain's clock starts after.
+				a.stopProbes()
+				now = time.Now()
+				stopped = now
+			}
+			if !stopped.IsZero() && now.Sub(stopped) > drainLimit {
+				a.log.Warn("events still arriving after the probes were removed; stopping the drain",
+					"after", now.Sub(stopped).Round(time.Millisecond))
+				return nil
+			}
+			if now.Sub(set) > pollInterval/2 {
 				a.pr.SetDeadline(now.Add(pollInterval))
 				set = now
 				a.flushQuiet(now)
@@ -222,6 +259,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				if ctx.Err() != nil {
+					if !stopped.IsZero() {
+						a.log.Debug("drained", "took", time.Since(stopped).Round(time.Microsecond))
+					}
 					return nil
 				}
 				set, n = time.Time{}, -1

@@ -16,7 +16,8 @@ confidence threshold) that gives about 3 tokens per cycle.
 
 Measured: --prompts random prompts of --prompt-len tokens, each `target.generate(...,
 assistant_model=draft, do_sample=False, max_new_tokens=--new-tokens)` (batch 1, as assisted
-generation requires), after one short warm-up generate. Accept length = generated tokens / target
+generation requires), after --warmup-passes untimed passes over the same prompts (steady state: the
+first pass over new shapes is several times slower). Accept length = generated tokens / target
 forwards (one target forward per assisted-decoding cycle; counted with a forward pre-hook).
 --timing: how the workload times its own phases (benchphase.py); the draft phase is
 AssistedCandidateGenerator.get_candidates (wrapped only when a timing mode is on), the verify
@@ -64,7 +65,12 @@ def parse_args(argv=None):
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=64)
-    p.add_argument("--warmup-tokens", type=int, default=16)
+    p.add_argument("--warmup-tokens", type=int, default=16,
+                   help="with --warmup-passes 0: one generate of this many tokens of the first prompt")
+    p.add_argument("--warmup-passes", type=int, default=2,
+                   help="untimed passes over every prompt (--new-tokens each) before the measured loop: "
+                        "the first pass over new shapes ran 3.5-6x slower than later ones on the H200 "
+                        "(docs/benchmarks/h200.md §17c), so without them the loop measures warm-up")
     p.add_argument("--assist-tokens", type=int, default=4, help="num_assistant_tokens (draft tokens per cycle)")
     p.add_argument("--noise-scale", type=float, default=None,
                    help="strength of the target's extra layers (default: calibrate)")
@@ -84,7 +90,15 @@ def parse_args(argv=None):
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     p.add_argument("--trace-dir", default="", help="torch-profiler: where the Chrome trace goes")
     p.add_argument("--keep-trace", action="store_true")
+    p.add_argument("--repeat-s", type=float, default=0.0,
+                   help="after the measured loop, go on generating the same prompts in turn for this many "
+                        "seconds, timing each generate (wall clock) for an in-process A/B "
+                        "(bench/gpu/abattach.py); every repeat must give the first pass's tokens")
+    p.add_argument("--ready-file", default="",
+                   help="with --repeat-s: write this file (the pid) when the repeats start")
     a = p.parse_args(argv)
+    if a.repeat_s < 0 or a.warmup_passes < 0:
+        p.error("--repeat-s and --warmup-passes must be >= 0")
     if a.draft_layers < 1 or a.target_layers <= a.draft_layers:
         p.error("need 1 <= --draft-layers < --target-layers")
     return a
@@ -302,8 +316,16 @@ def _run(a, torch, res, notes, t_start):
         if ph.enabled:
             install_timing(ph, target, draft, notes)
 
-        assisted(target, draft, torch, prompts[0], a.warmup_tokens)   # warm-up
-        torch.cuda.synchronize()
+        if a.warmup_passes > 0:
+            t_w = time.monotonic()
+            for _ in range(a.warmup_passes):
+                for ids in prompts:
+                    assisted(target, draft, torch, ids, a.new_tokens)
+            torch.cuda.synchronize()
+            res["warmup_s"] = time.monotonic() - t_w
+        else:
+            assisted(target, draft, torch, prompts[0], a.warmup_tokens)   # warm-up
+            torch.cuda.synchronize()
         if counts["draft"] == 0:
             raise RuntimeError("the assistant never ran: generate(assistant_model=...) did not use "
                                "assisted decoding (transformers %s)" % res["versions"]["transformers"])
@@ -362,6 +384,43 @@ def _run(a, torch, res, notes, t_start):
         notes.append("the draft timer never fired")
     log("%d cycles, %d tokens, %.1f tok/s, accept length %.3f, cycle %.2f ms"
         % (cycles, len(toks), res["tok_s"], res["accept_len"] or 0.0, res["cycle_ms"] or 0.0))
+    if a.repeat_s > 0:
+        with torch.inference_mode():
+            res["repeats"] = repeat(a, torch, target, draft, counts, prompts, outs)
+        bad = [r for r in res["repeats"] if not r["same"]]
+        if bad:
+            res["ok"] = False
+            res["error"] = "%d of %d repeats generated other tokens than the measured loop" % (
+                len(bad), len(res["repeats"]))
+
+
+def repeat(a, torch, target, draft, counts, prompts, outs):
+    """Generates the prompts in turn for --repeat-s seconds; one record per generate with its wall
+    clock span (time.time(), the clock of the agent's log lines), so that an outside driver can
+    sort the generates into those made with and without a profiler attached."""
+    want = [benchphase.token_hash(out[0, ids.shape[1]:].tolist()) for ids, out in zip(prompts, outs)]
+    if a.ready_file:
+        tmp = a.ready_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%d\n" % os.getpid())
+        os.replace(tmp, a.ready_file)
+    log("repeating the %d prompts for %.0f s" % (len(prompts), a.repeat_s))
+    recs = []
+    end = time.time() + a.repeat_s
+    i = 0
+    while time.time() < end:
+        p = i % len(prompts)
+        c = counts["target"]
+        t0 = time.time()
+        out = assisted(target, draft, torch, prompts[p], a.new_tokens)
+        torch.cuda.synchronize()
+        t1 = time.time()
+        new = out[0, prompts[p].shape[1]:].tolist()
+        recs.append({"prompt": p, "t0": t0, "t1": t1, "tokens": len(new), "cycles": counts["target"] - c,
+                     "same": benchphase.token_hash(new) == want[p]})
+        i += 1
+    log("%d repeats" % len(recs))
+    return recs
 
 
 if __name__ == "__main__":

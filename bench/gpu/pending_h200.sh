@@ -97,6 +97,10 @@
 #   s13b       (issue 6, issue 4) HF's per-phase GPU figures against CUDA events of the same runs (fullev)
 #              and of separate runs (cudaev), 2 reps (about 4 minutes): the one workload without that
 #              comparison.
+#   s13c       (issue 6) eBPF's cost on HF inside one process (bench/gpu/abattach.py): specprof attached
+#              for 12 s and detached for 8 s in turn for 420 s around one HF process repeating its
+#              prompts; each generate against the same prompt's generates without specprof on either
+#              side (about 8 minutes). Separate processes differ by more than the cost (§11e, §17a).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -328,12 +332,21 @@ s13b)
   echo "hfacc: rc $?"
   grep -A20 "^Per-phase" /tmp/hfacc/table.md | head -24
   ;;
+s13c)
+  mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
+  $P bench/gpu/abattach.py --specprof build/specprof --python "$P" --out /tmp/ab13 --on-s 12 --off-s 8 \
+    --total-s ${AB_TOTAL_S:-420} -- --new-tokens 48 > /tmp/ab13.log 2>&1
+  echo "ab13: rc $?"
+  tail -5 /tmp/ab13.log
+  cat /tmp/ab13/table.md
+  (cd /tmp/ab13 && tar czf "$OUT/ab13.tgz" ./table.md ./ab.json ./workload.json ./workload.stderr ./on-*/stderr.txt ./on-1/report.json)
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|guard" >&2
   exit 2
   ;;
 esac

@@ -20,6 +20,7 @@ need it.
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -798,6 +799,13 @@ class TestWorkloadScripts(FakeTorchTest):
         self.assertEqual(hf_assisted.parse_args(["--v3"]).timing, "v3")
         self.assertEqual(hf_assisted.parse_args(["--cuda-events"]).timing, "cuda-events")
         self.assertEqual(hf_assisted.parse_args(["--timing", "torch-profiler"]).timing, "torch-profiler")
+        self.assertEqual((a.warmup_passes, a.repeat_s), (2, 0.0))   # steady state by default (§17c)
+        import contextlib
+        import io
+        with contextlib.redirect_stderr(io.StringIO()):
+            for bad in (["--warmup-passes", "-1"], ["--repeat-s", "-2"]):
+                with self.assertRaises(SystemExit):
+                    hf_assisted.parse_args(bad)
         for mode in suite.TIMING.values():
             self.assertIn(mode, benchphase.MODES)
         # The suite's workload commands parse with the real scripts' parsers.
@@ -880,6 +888,113 @@ class TestBenchphase(unittest.TestCase):
         self.assertEqual(ph.summary(), {})
         with self.assertRaises(ValueError):
             benchphase.Phases("bogus")
+
+
+FAKE_AB_WORKLOAD = textwrap.dedent(r"""
+    #!/usr/bin/env python3
+    # Fake hf_assisted.py --repeat-s: 3 prompts in turn, each generate 60/90/120 ms, 25 % slower
+    # while the fake specprof's marker file exists; the 5th generate of prompt 1 may give other tokens.
+    import argparse, json, os, time
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeat-s", type=float); p.add_argument("--ready-file"); p.add_argument("--result")
+    p.add_argument("--bad", action="store_true")
+    a = p.parse_args()
+    with open(a.ready_file, "w") as f:
+        f.write("%d\n" % os.getpid())
+    recs, i, end = [], 0, time.time() + a.repeat_s
+    while time.time() < end:
+        pr = i % 3
+        t0 = time.time()
+        d = (0.06, 0.09, 0.12)[pr] * (1.25 if os.path.exists(os.environ["FAKE_AB_MARK"]) else 1.0)
+        time.sleep(d)
+        recs.append({"prompt": pr, "t0": t0, "t1": time.time(), "tokens": 48, "cycles": 17,
+                     "same": not (a.bad and pr == 1 and i // 3 == 4)})
+        i += 1
+    ok = all(r["same"] for r in recs)
+    with open(a.result, "w") as f:
+        json.dump({"ok": ok, "repeats": recs, "accept_len": 2.8, "versions": {"torch": "fake"},
+                   "error": None if ok else "other tokens"}, f)
+""").lstrip()
+
+FAKE_AB_SPECPROF = textwrap.dedent(r"""
+    #!/usr/bin/env python3
+    # Fake `specprof attach`: 0.3 s to "attach", then the marker file for --duration, then 0.2 s.
+    import datetime, os, sys, time
+    args = sys.argv[1:]
+    assert args[0] == "attach" and "--pid" in args and "-o" in args, args
+    assert args[args.index("--cupti") + 1] == "off" and args[args.index("--preset") + 1] == "hf-assisted", args
+    dur = float(args[args.index("--duration") + 1].rstrip("s"))
+    t0 = time.time()
+    time.sleep(0.3)
+    open(os.environ["FAKE_AB_MARK"], "w").close()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (now.microsecond // 1000)
+    sys.stderr.write('time=%s level=INFO msg="probes attached" pid=1 library=libcuda.so.1 symbols=30\n' % stamp)
+    sys.stderr.flush()
+    time.sleep(max(0.0, t0 + dur - time.time()))
+    os.remove(os.environ["FAKE_AB_MARK"])
+    time.sleep(0.2)
+""").lstrip()
+
+
+class TestABAttach(unittest.TestCase):
+    """bench/gpu/abattach.py: attach/detach in turn around one process, each generate sorted."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="abattach-")
+        self.wl = os.path.join(self.tmp, "wl.py")
+        self.sp = os.path.join(self.tmp, "specprof")
+        for path, text in ((self.wl, FAKE_AB_WORKLOAD), (self.sp, FAKE_AB_SPECPROF)):
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o755)
+        self.env = dict(os.environ, FAKE_AB_MARK=os.path.join(self.tmp, "mark"))
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def ab(self, *extra):
+        out = os.path.join(self.tmp, "out")
+        r = subprocess.run([sys.executable, os.path.join(HERE, "abattach.py"), "--specprof", self.sp,
+                            "--workload", self.wl, "--out", out, "--on-s", "1.5", "--off-s", "1",
+                            "--total-s", "9", "--margin-s", "0.05"] + list(extra),
+                           env=self.env, capture_output=True, text=True, timeout=120)
+        return r, out
+
+    def test_slowdown_found(self):
+        r, out = self.ab()
+        self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+        with open(os.path.join(out, "ab.json")) as f:
+            ab = json.load(f)
+        s = ab["summary"]
+        self.assertGreaterEqual(s["windows"], 2)
+        self.assertEqual(s["windows_failed"], 0)
+        self.assertGreater(s["on"], 10)
+        self.assertGreater(s["off"], 10)
+        self.assertGreater(s["left_out"], 0)   # the fake attach's first 0.3 s and last 0.2 s
+        # The fake slows each generate by 25 % while "attached"; sleep overshoot blurs it a little.
+        self.assertAlmostEqual(s["slowdown_median"], 0.25, delta=0.08)
+        self.assertEqual(len(ab["per_window"]), s["windows"])
+        with open(os.path.join(out, "table.md")) as f:
+            table = f.read()
+        self.assertIn("every one with the measured loop's tokens: yes", table)
+
+    def test_other_tokens_fail(self):
+        r, out = self.ab("--", "--bad")
+        self.assertNotEqual(r.returncode, 0)
+        with open(os.path.join(out, "table.md")) as f:
+            self.assertIn("measured loop's tokens: NO", f.read())
+
+    def test_classify(self):
+        import abattach
+        w = [{"rc": 0, "spawn": 10.0, "attached": 11.0, "until": 20.0, "exit": 21.0},
+             {"rc": 1, "spawn": 30.0, "attached": 31.0, "until": 40.0, "exit": 41.0}]
+        reps = [{"t0": 1, "t1": 2}, {"t0": 11.5, "t1": 13}, {"t0": 10.5, "t1": 12}, {"t0": 19, "t1": 20.5},
+                {"t0": 25, "t1": 26}, {"t0": 21.2, "t1": 22}, {"t0": 32, "t1": 33}, {"t0": 50, "t1": 51}]
+        self.assertEqual(abattach.classify(reps, w, 0.5),
+                         [("off", 0), ("on", 0), (None, None), (None, None), ("off", 1), (None, None),
+                          (None, None), ("off", 2)])
+        self.assertAlmostEqual(abattach.parse_log_time("2026-11-30T09:44:44.357Z"), 1796031884.357, places=3)
+        self.assertAlmostEqual(abattach.parse_log_time("2026-11-30T10:44:44.357+01:00"), 1796031884.357, places=3)
+        self.assertIsNone(abattach.attached_at("time=2026-11-30T09:44:44.357Z level=INFO msg=\"other\"\n"))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,12 @@ func newAttachCmd() *cobra.Command {
 			if !proc.Exists(pid) {
 				return fmt.Errorf("pid %d does not exist", pid)
 			}
+			// CUPTI's library is loaded by the driver at cuInit (CUDA_INJECTION64_PATH): a
+			// running process cannot be given it.
+			if f.cupti == "on" {
+				return fmt.Errorf("--cupti on: attach cannot inject the CUPTI library into a running process; " +
+					"start it under `specprof run` for GPU-side records, or attach with --cupti off")
+			}
 			s, err := newSession(&f, os.Stdout)
 			if err != nil {
 				return err

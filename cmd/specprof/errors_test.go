@@ -94,6 +94,15 @@ func TestBadInput(t *testing.T) {
 		out, err := runBin(t, nil, "attach", "--pid", itoa(sleep.Process.Pid), "-o", t.TempDir())
 		wantErr(t, out, err, "not a Python process")
 	})
+	t.Run("attach with --cupti on", func(t *testing.T) {
+		sleep := exec.Command("sleep", "30")
+		if err := sleep.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sleep.Process.Kill(); _ = sleep.Wait() }()
+		out, err := runBin(t, nil, "attach", "--pid", itoa(sleep.Process.Pid), "--cupti", "on", "-o", t.TempDir())
+		wantErr(t, out, err, "--cupti on: attach cannot inject the CUPTI library", "specprof run")
+	})
 	t.Run("unsupported python", func(t *testing.T) {
 		py := "/root/.pyenv/versions/3.9.18/bin/python3"
 		if _, err := os.Stat(py); err != nil {
