@@ -101,6 +101,9 @@
 #              for 12 s and detached for 8 s in turn for 420 s around one HF process repeating its
 #              prompts; each generate against the same prompt's generates without specprof on either
 #              side (about 8 minutes). Separate processes differ by more than the cost (§11e, §17a).
+#   s14        (issue 6) prepared in session 13: HF in steady state (hf_assisted.py now warms every
+#              prompt up twice, §17c): none / ebpf / full / torchprof, 3 reps (about 9 minutes).
+#              Then, if time is left, s13c again (AB_TOTAL_S=200).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -341,12 +344,19 @@ s13c)
   cat /tmp/ab13/table.md
   (cd /tmp/ab13 && tar czf "$OUT/ab13.tgz" ./table.md ./ab.json ./workload.json ./workload.stderr ./on-*/stderr.txt ./on-1/report.json)
   ;;
+s14)
+  $P bench/gpu/suite.py --specprof build/specprof --cupti-lib build/libspecprof_cupti.so --python "$P" \
+    --out /tmp/hf14 --export "$OUT/hf14" --workloads hf --methods none,ebpf,full,torchprof \
+    --reps 3 --hf-new-tokens 48 --budget-s 530 --run-timeout-s 120 > /tmp/hf14.log 2>&1
+  echo "hf14: rc $?"
+  grep -A8 "^| method" /tmp/hf14/table.md | head -10
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|guard" >&2
   exit 2
   ;;
 esac
