@@ -24,6 +24,7 @@ library cannot be injected into a running process.
 """
 
 import argparse
+import calendar
 import json
 import os
 import re
@@ -72,7 +73,6 @@ def parse_log_time(s):
     m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", s)
     if not m:
         raise ValueError("not an RFC 3339 time: %r" % s)
-    import calendar
     base = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
     frac = float(m.group(2) or 0.0)
     tz = m.group(3)
