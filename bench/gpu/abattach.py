@@ -42,7 +42,7 @@ ATTACHED = re.compile(r'^time=(\S+) level=INFO msg="probes attached"')
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--specprof", required=True, help="the specprof executable")
+    p.add_argument("--specprof", help="the specprof executable")
     p.add_argument("--python", default=sys.executable, help="python for the workload")
     p.add_argument("--workload", default=os.path.join(HERE, "hf_assisted.py"))
     p.add_argument("--out", required=True, help="output directory")
@@ -53,12 +53,18 @@ def parse_args(argv=None):
                    help="an off generate keeps this far from any specprof process")
     p.add_argument("--attach-args", default="--cupti off --spec-metrics off --preset hf-assisted",
                    help="extra flags of `specprof attach` (default: eBPF only)")
+    p.add_argument("--attach-cmd", default="",
+                   help="instead of `specprof attach`: a command template with {pid}, {duration} (e.g. 12s) "
+                        "and {out} that logs 'probes attached' like specprof, e.g. "
+                        "'build/emptyprobe -pid {pid} -duration {duration}' (the uprobe traps alone)")
     p.add_argument("--ready-timeout-s", type=float, default=600.0,
                    help="how long the workload may take to build, calibrate and start repeating")
     p.add_argument("workload_args", nargs="*", help="after --: flags of the workload")
     a = p.parse_args(argv)
     if a.on_s <= 0 or a.off_s <= 0 or a.total_s <= 0:
         p.error("--on-s, --off-s and --total-s must be > 0")
+    if not a.specprof and not a.attach_cmd:
+        p.error("give --specprof or --attach-cmd")
     return a
 
 
@@ -88,6 +94,14 @@ def attached_at(stderr_text):
         if m:
             t = parse_log_time(m.group(1))
     return t
+
+
+def attach_cmd(a, pid, odir):
+    """The command of one on-window."""
+    if a.attach_cmd:
+        return shlex.split(a.attach_cmd.format(pid=pid, duration="%gs" % a.on_s, out=odir))
+    return [a.specprof, "attach", "--pid", str(pid), "--duration", "%gs" % a.on_s, "-q",
+            "--interval", "0", "-o", odir] + shlex.split(a.attach_args)
 
 
 def run(a):
@@ -122,8 +136,7 @@ def run(a):
             n += 1
             odir = os.path.join(a.out, "on-%d" % n)
             os.makedirs(odir, exist_ok=True)
-            acmd = [a.specprof, "attach", "--pid", str(wl.pid), "--duration", "%gs" % a.on_s, "-q",
-                    "--interval", "0", "-o", odir] + shlex.split(a.attach_args)
+            acmd = attach_cmd(a, wl.pid, odir)
             t_spawn = time.time()
             with open(os.path.join(odir, "stderr.txt"), "w") as ef:
                 rc = subprocess.call(acmd, stdout=subprocess.DEVNULL, stderr=ef)
@@ -223,8 +236,9 @@ def render(a, res, windows, per_window, summary):
                                               summary["generates"], len(set(r["prompt"] for r in res["repeats"])),
                                               "yes" if all(r["same"] for r in res["repeats"]) else "NO"),
              "",
-             "Attach flags: `%s`; on %.0f s / off %.0f s; %d attaches (%d failed or without \"probes attached\")."
-             % (a.attach_args, a.on_s, a.off_s, summary["windows"], summary["windows_failed"]), "",
+             "Attached with: `%s`; on %.0f s / off %.0f s; %d attaches (%d failed or without \"probes attached\")."
+             % (" ".join(attach_cmd(a, "PID", "DIR")), a.on_s, a.off_s, summary["windows"],
+                summary["windows_failed"]), "",
              "| generates | on | off | left out | tok/s on | tok/s off | slowdown per on-window, median [min–max] | mean |",
              "|---|---|---|---|---|---|---|---|",
              "| %d | %d | %d | %d | %s | %s | %s [%s – %s] | %s |" % (

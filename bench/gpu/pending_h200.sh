@@ -104,6 +104,11 @@
 #   s14        (issue 6) prepared in session 13: HF in steady state (hf_assisted.py now warms every
 #              prompt up twice, §17c): none / ebpf / full / torchprof, 3 reps (about 9 minutes).
 #              Then, if time is left, s13c again (AB_TOTAL_S=200).
+#   s14b       (issue 6) where eBPF's ~4.6 us per HF launch go (§17c): abattach.py twice, 150 s each,
+#              (1) specprof attach with SPECPROF_BPF_STATS=1 (each window logs its programs' mean run
+#              time: the walk's own cost), (2) build/emptyprobe (empty programs on the same entry
+#              points: the traps alone). Carry build/emptyprobe too
+#              (go build -o build/emptyprobe ./bench/gpu/emptyprobe). About 7 minutes.
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -351,12 +356,25 @@ s14)
   echo "hf14: rc $?"
   grep -A8 "^| method" /tmp/hf14/table.md | head -10
   ;;
+s14b)
+  mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
+  SPECPROF_BPF_STATS=1 $P bench/gpu/abattach.py --specprof build/specprof --python "$P" --out /tmp/ab14s \
+    --on-s 12 --off-s 8 --total-s ${AB_TOTAL_S:-150} -- --new-tokens 48 > /tmp/ab14s.log 2>&1
+  echo "ab14s: rc $?"
+  grep -A3 "^| generates" /tmp/ab14s/table.md
+  grep -h "BPF program run time" /tmp/ab14s/on-*/stderr.txt | cut -d" " -f3- | head -30
+  $P bench/gpu/abattach.py --attach-cmd "build/emptyprobe -pid {pid} -duration {duration}" --python "$P" \
+    --out /tmp/ab14e --on-s 12 --off-s 8 --total-s ${AB_TOTAL_S:-150} -- --new-tokens 48 > /tmp/ab14e.log 2>&1
+  echo "ab14e: rc $?"
+  grep -A3 "^| generates" /tmp/ab14e/table.md
+  for d in ab14s ab14e; do (cd /tmp/$d && tar czf "$OUT/$d.tgz" ./table.md ./ab.json ./workload.json ./workload.stderr ./on-*/stderr.txt); done
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|guard" >&2
   exit 2
   ;;
 esac

@@ -977,6 +977,17 @@ class TestABAttach(unittest.TestCase):
             table = f.read()
         self.assertIn("every one with the measured loop's tokens: yes", table)
 
+    def test_attach_cmd(self):
+        """--attach-cmd replaces `specprof attach` (e.g. bench/gpu/emptyprobe), {pid} and {duration} filled."""
+        r, out = self.ab("--attach-cmd", self.sp + " attach --pid {pid} --duration {duration} -o {out} "
+                         "--cupti off --preset hf-assisted")
+        self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+        with open(os.path.join(out, "ab.json")) as f:
+            s = json.load(f)["summary"]
+        self.assertAlmostEqual(s["slowdown_median"], 0.25, delta=0.08)
+        with open(os.path.join(out, "table.md")) as f:
+            self.assertIn("attach --pid PID --duration 1.5s -o DIR", f.read())
+
     def test_other_tokens_fail(self):
         r, out = self.ab("--", "--bad")
         self.assertNotEqual(r.returncode, 0)

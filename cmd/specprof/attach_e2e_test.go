@@ -14,7 +14,7 @@ import (
 
 // TestAttachDurationBusyTarget: `specprof attach --duration` stops while the
 // target goes on launching, leaves it running without probes, and reports
-// what it saw. The agent used to look at its stop signal only when the ring
+// what it saw (and, with SPECPROF_BPF_STATS=1, its programs' run time). The agent used to look at its stop signal only when the ring
 // buffer ran empty, which a target launching without pause never let
 // happen: on the H200 `attach --duration 12s` ran until HF's process exited
 // seven minutes later.
@@ -58,6 +58,7 @@ func TestAttachDurationBusyTarget(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "attach", "--pid", itoa(pid), "--duration", "2s", "-q", "--interval", "0",
 		"--cupti", "off", "--spec-metrics", "off", "--preset", "sglang-eagle", "-o", dir)
+	cmd.Env = append(os.Environ(), "SPECPROF_BPF_STATS=1")
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("specprof attach --duration 2s still ran after 3 minutes against a busy target:\n%s", out)
@@ -72,6 +73,10 @@ func TestAttachDurationBusyTarget(t *testing.T) {
 	}
 	if strings.Contains(string(out), "specprof: pid "+itoa(pid)+" exited") {
 		t.Errorf("attach says the target exited:\n%s", out)
+	}
+	// SPECPROF_BPF_STATS=1: the launch program's own run time is logged at the end.
+	if !strings.Contains(string(out), `msg="BPF program run time" program=sp_launch_kernel runs=`) {
+		t.Errorf("SPECPROF_BPF_STATS=1: no run time of sp_launch_kernel logged:\n%s", out)
 	}
 	rep := readReport(t, dir)
 	if rep.Events == 0 || len(rep.Processes) != 1 || rep.Processes[0].PID != pid {

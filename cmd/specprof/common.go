@@ -103,6 +103,9 @@ type session struct {
 	sinks  []sink
 	clock  agent.Clock // monotonic → wall, measured once for every sink
 	detail bool        // a sink wants individual GPU records (agent.Options.Detail)
+	// bpfStats: SPECPROF_BPF_STATS=1, the kernel's run-time statistics of
+	// the probes' programs, logged at the end (a diagnostic of their cost).
+	bpfStats io.Closer
 }
 
 func newSession(f *sessionFlags, out io.Writer) (*session, error) {
@@ -160,6 +163,11 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		return nil, err
 	}
 	s.tr = tr
+	if os.Getenv("SPECPROF_BPF_STATS") == "1" {
+		if s.bpfStats, err = bpf.EnableStats(); err != nil {
+			log.Warn("SPECPROF_BPF_STATS=1: no BPF statistics", "err", err)
+		}
+	}
 	if f.cpuHz > 0 {
 		if err := tr.StartSampler(f.cpuHz); err != nil {
 			tr.Close()
@@ -343,9 +351,37 @@ func (s *session) finish() error {
 }
 
 func (s *session) close() {
+	if s.bpfStats != nil {
+		s.logBPFStats()
+		_ = s.bpfStats.Close()
+	}
 	s.tr.Close()
 	if s.gpus != nil {
 		s.gpus.Close()
+	}
+}
+
+// logBPFStats logs, for every probe program that ran, its runs and the
+// kernel's mean run time per run: the program's own cost, without the
+// uprobe trap around it.
+func (s *session) logBPFStats() {
+	seen := map[string]bool{}
+	for _, h := range bpf.Hooks {
+		for _, prog := range []string{h.Prog, h.RetProg} {
+			if prog == "" || seen[prog] {
+				continue
+			}
+			seen[prog] = true
+			st, err := s.tr.ProgramStats(prog)
+			if err != nil {
+				s.log.Warn("BPF statistics", "program", prog, "err", err)
+				continue
+			}
+			if st.RunCount > 0 {
+				s.log.Info("BPF program run time", "program", prog, "runs", st.RunCount,
+					"mean", st.Runtime/time.Duration(st.RunCount))
+			}
+		}
 	}
 }
 
