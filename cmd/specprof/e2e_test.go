@@ -135,13 +135,22 @@ func TestRunAttributesEveryCall(t *testing.T) {
 		for _, mode := range []string{"graph", "eager"} {
 			for _, depth := range []int{10, 200} {
 				name := fmt.Sprintf("%s/%s/depth%d", py.Name, mode, depth)
+				// Kernels long enough that launches queue behind them
+				// (checkActiveElapsed needs some): 200 Python frames
+				// make every launch of the workload itself several
+				// times slower, and a slow machine then had none at the
+				// default 20 µs.
+				kernelUs := 20
+				if depth > 10 {
+					kernelUs = 100
+				}
 				t.Run(name, func(t *testing.T) {
 					dir := t.TempDir()
 					args := []string{"run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib, "--events", filepath.Join(dir, "events.jsonl"),
 						"--cycles-jsonl", "--cycles-kernels", "--",
 						py.Path, workload, "--cycles", fmt.Sprint(cycles), "--mode", mode, "--stack-depth", fmt.Sprint(depth),
 						"--extra-thread", "--allreduce", "--log-interval", "8", "--proctitle", "sglang::scheduler_TP0",
-						"--side-stream"}
+						"--side-stream", "--kernel-us", fmt.Sprint(kernelUs)}
 					cmd := exec.Command(bin, args...)
 					cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"),
 						"SPECPROF_CUPTI_LIB="+mockCupti)
