@@ -18,13 +18,11 @@ type busyProbes struct {
 	mu       sync.Mutex
 	detached map[int]bool
 	backlog  int
-	reads    int
 }
 
 func (b *busyProbes) Read() (any, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.reads++
 	if len(b.detached) == 0 {
 		return struct{}{}, nil
 	}
