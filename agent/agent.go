@@ -63,6 +63,12 @@ type Options struct {
 	GPUHorizon  time.Duration
 	LaunchSlack time.Duration
 	Logger      *slog.Logger
+	// ProbeOn and ProbePeriod, when ProbePeriod is set, attach the
+	// libraries' probes only ProbeOn out of every ProbePeriod (probe
+	// windows, probeduty.go): cycles wholly inside a window are measured,
+	// the target runs untouched between them. Not with GPU records (every
+	// launch's probe joins its CUPTI records).
+	ProbeOn, ProbePeriod time.Duration
 }
 
 // Event is one attributed call, as handed to Options.OnEvent.
@@ -108,6 +114,7 @@ type Agent struct {
 	inSample    bool                 // resolving a CPU sample's stack (classify counts its failures apart)
 	ranks       map[int]*rankTrack   // tensor-parallel ranks (ranks.go)
 	duty        map[int]*dutyState   // duty-cycled GPU tracing windows by pid (duty.go)
+	pw          *probeWindows        // probe windows (probeduty.go); nil: probes always in place
 	// noQuietFlush: SPECPROF_QUIET_FLUSH=off, no flush requests to quiet
 	// libraries (flushQuiet; a diagnostic).
 	noQuietFlush bool
@@ -137,6 +144,12 @@ func New(pr Probes, opts Options) (*Agent, error) {
 		a.order[p] = i
 	}
 	a.rep = Report{Preset: opts.Preset.Name, Phases: a.matchers[false].Phases(), Start: time.Now()}
+	if opts.ProbePeriod != 0 {
+		if opts.ProbeOn <= 0 || opts.ProbeOn >= opts.ProbePeriod {
+			return nil, fmt.Errorf("agent: probe windows %v every %v: want 0 < ON < PERIOD", opts.ProbeOn, opts.ProbePeriod)
+		}
+		a.pw = newProbeWindows(opts.ProbeOn, opts.ProbePeriod)
+	}
 	if a.opts.LaunchSlack == 0 {
 		a.opts.LaunchSlack = 2 * time.Millisecond
 	}
@@ -213,6 +226,7 @@ func (a *Agent) Detach(pid int) {
 	defer a.mu.Unlock()
 	if p := a.procs[pid]; p != nil {
 		p.libs = map[string]bool{}
+		p.wanted = nil
 		p.rep.Libraries = nil
 	}
 }
@@ -238,11 +252,19 @@ func (a *Agent) Run(ctx context.Context) error {
 			// A busy target (attach --duration, Ctrl-C) keeps the ring buffer
 			// from ever running empty, so cancellation is checked here too.
 			if stopped.IsZero() && ctx.Err() != nil {
-				// Removing uprobes takes the kernel about 0.1 s each (3-6 s for
-				// a libcuda's); the drain's clock starts after.
-				a.stopProbes()
+				// Removing perf-event uprobes takes the kernel about 0.1 s each
+				// (3-6 s for a libcuda's); the drain's clock starts after.
+				if a.pw != nil {
+					a.closeProbeWindow()
+				} else {
+					a.stopProbes()
+				}
 				now = time.Now()
 				stopped = now
+			}
+			if stopped.IsZero() && a.probeTick(now) {
+				now = time.Now()
+				set = time.Time{}
 			}
 			if !stopped.IsZero() && now.Sub(stopped) > drainLimit {
 				a.log.Warn("events still arriving after the probes were removed; stopping the drain",
@@ -250,7 +272,12 @@ func (a *Agent) Run(ctx context.Context) error {
 				return nil
 			}
 			if now.Sub(set) > pollInterval/2 {
-				a.pr.SetDeadline(now.Add(pollInterval))
+				dl := now.Add(pollInterval)
+				// Wake up for the next probe window's open or close.
+				if due := a.probeDue(); stopped.IsZero() && !due.IsZero() && due.Before(dl) {
+					dl = due
+				}
+				a.pr.SetDeadline(dl)
 				set = now
 				a.flushQuiet(now)
 			}
@@ -416,17 +443,42 @@ func libKind(path string) (bpf.Library, bool) {
 }
 
 func (a *Agent) attach(p *process, hostPath, path string, lib bpf.Library) error {
-	if p.libs[hostPath] {
+	if a.pw != nil {
+		// Probe windows attach it again at every window's open.
+		if p.wanted == nil {
+			p.wanted = map[string]wantedLib{}
+		}
+		p.wanted[hostPath] = wantedLib{path, lib}
+		if !a.probesIn() {
+			if !p.libs[hostPath] {
+				p.libs[hostPath] = true
+				p.rep.Libraries = append(p.rep.Libraries, path)
+				a.log.Info("library found; its probes go in at the next probe window", "pid", p.pid, "library", path)
+			}
+			return nil
+		}
+	} else if p.libs[hostPath] {
 		return nil
 	}
 	res, err := a.pr.AttachLibrary(p.pid, hostPath, lib)
 	if err != nil {
 		return fmt.Errorf("attach to %s of pid %d: %w", path, p.pid, err)
 	}
-	p.libs[hostPath] = true
-	p.rep.Libraries = append(p.rep.Libraries, path)
-	a.log.Info("probes attached", "pid", p.pid, "library", path, "symbols", len(res.Symbols))
+	if a.pw != nil {
+		p.readyWin, p.readyAt = len(a.pw.opens), monotonicNow()
+	}
+	if !p.libs[hostPath] {
+		p.libs[hostPath] = true
+		p.rep.Libraries = append(p.rep.Libraries, path)
+		a.log.Info("probes attached", "pid", p.pid, "library", path, "symbols", len(res.Symbols))
+	}
 	return nil
+}
+
+// wantedLib is a library whose probes go in at every probe window.
+type wantedLib struct {
+	path string
+	lib  bpf.Library
 }
 
 func (a *Agent) onLibOpen(e *bpf.LibOpen) {
@@ -478,6 +530,7 @@ func (a *Agent) onProc(e *bpf.ProcEvent) {
 		p.rt, p.sym, p.matcher = nil, nil, nil
 		p.classes = map[uint64]phase.Class{}
 		p.libs = map[string]bool{}
+		p.wanted = nil
 		p.rep.Libraries = nil
 		a.pr.ForgetCode(p.pid)
 		if cl, err := proc.Cmdline(p.pid); err == nil {
@@ -519,6 +572,7 @@ func (a *Agent) Report() *Report {
 	}
 	sortProcesses(r.Processes)
 	r.Ranks = a.rankReport()
+	r.ProbeWindows = a.probeStats()
 	return &r
 }
 
@@ -527,6 +581,12 @@ func (a *Agent) Finish() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, p := range a.procs {
+		if a.pw != nil {
+			// The probes went before the cycle ended.
+			for _, t := range p.threads {
+				t.cutCur = t.cutCur || t.inCycle
+			}
+		}
 		p.closeCycles(a)
 	}
 	a.flushJoiner()

@@ -129,6 +129,10 @@ type ThreadReport struct {
 	// (Loss.LaunchesWithoutAPI): the GPU work of that launch is unknown, so
 	// the cycle's GPU figures are left out rather than understated.
 	GPULost int `json:"cycles_gpu_incomplete,omitempty"`
+	// ProbeCut counts cycles left out because a probe window's edge cut
+	// them (Report.ProbeWindows): begun before the probes went in, or
+	// still open when they were removed. Not in Cycles.
+	ProbeCut int `json:"cycles_cut_by_probe_windows,omitempty"`
 }
 
 // ProcessReport describes one traced process.
@@ -202,6 +206,8 @@ type Report struct {
 	// Ranks compares the collectives of the tensor-parallel ranks traced
 	// (two or more processes with a TP rank): who arrived last, how late.
 	Ranks []*RankStats `json:"ranks,omitempty"`
+	// ProbeWindows describes the probe windows (--probe-duty), when on.
+	ProbeWindows *ProbeWindowStats `json:"probe_windows,omitempty"`
 }
 
 // SpecMetrics are the server's speculative-decoding figures over the

@@ -21,11 +21,16 @@ type process struct {
 	pyErr   error
 	classes map[uint64]phase.Class // published to BPF
 	libs    map[string]bool
-	threads map[int]*thread
-	rep     *ProcessReport
-	exited  bool
-	probs   map[string]bool
-	smp     *procSamples // CPU sampler state (sampler.go)
+	wanted  map[string]wantedLib // with probe windows: what each window attaches, by host path
+	// With probe windows: the window in which the process's probes last
+	// went in, and when they were all in place (probeEdge).
+	readyWin int
+	readyAt  uint64
+	threads  map[int]*thread
+	rep      *ProcessReport
+	exited   bool
+	probs    map[string]bool
+	smp      *procSamples // CPU sampler state (sampler.go)
 
 	// Cycle timelines (cycletrace.go).
 	frames      map[siteKey]Frame
@@ -107,6 +112,13 @@ type thread struct {
 	smp threadSamples // CPU samples waiting for their cycle (sampler.go)
 
 	gapPrev gapMark // the GPU end of the last cycle folded (hostgap.go)
+
+	// Probe windows (probeduty.go): the window of the thread's last event,
+	// whether the open cycle and the next one to begin are cut by a
+	// window's edge, and how many cycles were left out for it.
+	probeWin        int
+	cutCur, cutNext bool
+	probeCut        int
 }
 
 func (p *process) thread(tid int) *thread {
@@ -263,6 +275,9 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 		_ = a.ensurePython(p)
 	}
 	t := p.thread(int(e.TID))
+	if a.pw != nil {
+		a.probeCut(p, t, e.Ktime, a.matcherOf(p))
+	}
 	t.calls++
 	if e.Py.Flags&bpf.PyUnknown != 0 {
 		t.resolved++
@@ -329,6 +344,16 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 func (a *Agent) onSyncExit(e *bpf.SyncExit) {
 	p := a.proc(int(e.PID))
 	t := p.thread(int(e.TID))
+	if a.pw != nil {
+		newWin := a.pw.index(e.Ktime) != t.probeWin
+		a.probeCut(p, t, e.Ktime, a.matcherOf(p))
+		if newWin {
+			// The call began before this probe window opened: no entry
+			// to match, and no loss.
+			a.pw.exitsCut++
+			return
+		}
+	}
 	// Blocking calls do not nest across hooked APIs on one thread; match
 	// the innermost pending entry of the same API.
 	for i := len(t.pending) - 1; i >= 0; i-- {
@@ -361,6 +386,10 @@ func (a *Agent) onSyncExit(e *bpf.SyncExit) {
 			}
 			a.opts.OnEvent(&ev)
 		}
+		return
+	}
+	if a.pw != nil && a.probeEdge(p, e.Ktime) {
+		a.pw.exitsCut++
 		return
 	}
 	a.rep.Loss.UnmatchedExit++
@@ -412,6 +441,7 @@ func (a *Agent) advanceCycle(p *process, t *thread, ph uint16, cyc uint64, ktime
 		if t.inCycle {
 			a.closeCycle(p, t, m)
 		}
+		t.cutCur, t.cutNext = t.cutNext, false
 		if !p.titleRead {
 			// While the process lives: its cycles may drain only after it
 			// exits (CUPTI flushes at exit), when /proc no longer has it.
@@ -457,6 +487,8 @@ type closedCycle struct {
 	// lost: some launch never got its CUPTI API record, so its GPU work
 	// is not known: the GPU figures would be incomplete.
 	lost bool
+	// cut: a probe window's edge cut it (probeduty.go): left out.
+	cut bool
 }
 
 func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
@@ -465,7 +497,8 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 	}
 	t.inCycle = false
 	cc := &closedCycle{no: t.cycleNo, spanNs: int64(t.cycleLast - t.cycleFirst), phases: map[uint16]*PhaseStats{},
-		first: t.cycleFirst, last: t.cycleLast}
+		first: t.cycleFirst, last: t.cycleLast, cut: t.cutCur}
+	t.cutCur = false
 	if a.tracing() {
 		cc.spans = make(map[uint16][2]uint64, len(t.cur))
 	}
@@ -542,6 +575,10 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 		}
 		t.closed = t.closed[1:]
 		delete(t.byCycle, cc.no)
+		if cc.cut {
+			t.probeCut++
+			continue
+		}
 		switch {
 		case cc.partial:
 			cc.stripGPU()
@@ -619,7 +656,7 @@ func (p *process) report(a *Agent) *ProcessReport {
 		if conn { // its library connected after those cycles: their GPU work is unknown
 			partial += t.preConn
 		}
-		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: partial, GPULost: t.gpuLost,
+		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: partial, GPULost: t.gpuLost, ProbeCut: t.probeCut,
 			Phases: sortedStats(t.total, order), Outside: sortedStats(outsideStats(t.outside), order), Calls: t.calls, Resolved: t.resolved})
 	}
 	sort.Slice(r.Threads, func(i, j int) bool { return r.Threads[i].TID < r.Threads[j].TID })

@@ -1,14 +1,17 @@
 package bpf
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -55,6 +58,14 @@ type Tracer struct {
 
 	mu    sync.Mutex
 	links map[libKey][]link.Link
+	// multi: probes are uprobe_multi links (one per program and library)
+	// rather than one perf-event uprobe per symbol. The kernel removes a
+	// perf-event uprobe in about 0.1 s, one after the other (a libcuda's
+	// 40 took 3-6 s); a uprobe_multi link in tens of milliseconds, and
+	// they close concurrently. Probe windows (agent, --probe-duty) need
+	// that.
+	multi bool
+	exes  map[string]*libExe // opened libraries by path, for re-attaching
 
 	genMu sync.Mutex
 	gen   uint64 // last value written to code_gen
@@ -68,14 +79,36 @@ type libKey struct {
 	path string
 }
 
+// libExe is an opened library and the symbols it defines.
+type libExe struct {
+	ex   *link.Executable
+	syms map[string]bool
+}
+
 // Load loads the BPF objects and attaches the process lifecycle and openat
 // tracepoints. It needs root or CAP_BPF+CAP_PERFMON.
 func Load() (*Tracer, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
-	t := &Tracer{links: map[libKey][]link.Link{}}
-	if err := loadSpecprofObjects(&t.objs, nil); err != nil {
+	t := &Tracer{links: map[libKey][]link.Link{}, exes: map[string]*libExe{}}
+	spec, err := loadSpecprof()
+	if err != nil {
+		return nil, fmt.Errorf("load BPF object: %w", err)
+	}
+	t.multi = os.Getenv("SPECPROF_UPROBE_MULTI") != "0" && features.HaveBPFLinkUprobeMulti() == nil
+	if t.multi {
+		// A program is attached either way, never both: the attach type is
+		// fixed when it is loaded.
+		for _, name := range uprobePrograms() {
+			ps, ok := spec.Programs[name]
+			if !ok {
+				return nil, fmt.Errorf("load BPF object: no program %s", name)
+			}
+			ps.AttachType = ebpf.AttachTraceUprobeMulti
+		}
+	}
+	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("load BPF programs (verifier): %+v", ve)
@@ -93,7 +126,7 @@ func Load() (*Tracer, error) {
 		t.global = append(t.global, l)
 		return nil
 	}
-	err := errors.Join(
+	err = errors.Join(
 		attach("tp_btf/sched_process_fork", func() (link.Link, error) {
 			return link.AttachTracing(link.TracingOptions{Program: t.objs.SpFork})
 		}),
@@ -238,7 +271,7 @@ type Attached struct {
 
 // AttachLibrary attaches every hook of lib to the library file at path (as
 // openable by the agent, e.g. /proc/PID/root/...), filtered to pid. It is
-// idempotent per (pid, path).
+// idempotent per (pid, path); after DetachLibraries it attaches again.
 func (t *Tracer) AttachLibrary(pid int, path string, lib Library) (Attached, error) {
 	var res Attached
 	key := libKey{pid, path}
@@ -247,33 +280,58 @@ func (t *Tracer) AttachLibrary(pid int, path string, lib Library) (Attached, err
 	if _, ok := t.links[key]; ok {
 		return res, nil
 	}
-	ex, err := link.OpenExecutable(path)
+	le, err := t.exe(path)
 	if err != nil {
 		return res, fmt.Errorf("open %s %s: %w", lib, path, err)
 	}
 	var links []link.Link
+	fail := func(err error) (Attached, error) {
+		closeAll(links)
+		return Attached{}, err
+	}
 	for _, h := range Hooks {
 		if h.Lib != lib {
 			continue
 		}
 		prog := t.program(h.Prog)
 		ret := t.program(h.RetProg)
+		var syms []string
 		for _, sym := range h.Symbols {
-			l, err := ex.Uprobe(sym, prog, &link.UprobeOptions{PID: pid})
+			if le.syms[sym] {
+				syms = append(syms, sym)
+			} else {
+				res.Missing = append(res.Missing, sym)
+			}
+		}
+		if len(syms) == 0 {
+			continue
+		}
+		if t.multi {
+			l, err := le.ex.UprobeMulti(syms, prog, &link.UprobeMultiOptions{PID: uint32(pid)})
 			if err != nil {
-				if errors.Is(err, link.ErrNoSymbol) {
-					res.Missing = append(res.Missing, sym)
-					continue
-				}
-				closeAll(links)
-				return Attached{}, fmt.Errorf("attach uprobe %s in %s: %w", sym, path, err)
+				return fail(fmt.Errorf("attach uprobe_multi %s (%s) in %s: %w", h.Name, strings.Join(syms, " "), path, err))
 			}
 			links = append(links, l)
 			if ret != nil {
-				l, err := ex.Uretprobe(sym, ret, &link.UprobeOptions{PID: pid})
+				l, err := le.ex.UretprobeMulti(syms, ret, &link.UprobeMultiOptions{PID: uint32(pid)})
 				if err != nil {
-					closeAll(links)
-					return Attached{}, fmt.Errorf("attach uretprobe %s in %s: %w", sym, path, err)
+					return fail(fmt.Errorf("attach uretprobe_multi %s (%s) in %s: %w", h.Name, strings.Join(syms, " "), path, err))
+				}
+				links = append(links, l)
+			}
+			res.Symbols = append(res.Symbols, syms...)
+			continue
+		}
+		for _, sym := range syms {
+			l, err := le.ex.Uprobe(sym, prog, &link.UprobeOptions{PID: pid})
+			if err != nil {
+				return fail(fmt.Errorf("attach uprobe %s in %s: %w", sym, path, err))
+			}
+			links = append(links, l)
+			if ret != nil {
+				l, err := le.ex.Uretprobe(sym, ret, &link.UprobeOptions{PID: pid})
+				if err != nil {
+					return fail(fmt.Errorf("attach uretprobe %s in %s: %w", sym, path, err))
 				}
 				links = append(links, l)
 			}
@@ -287,10 +345,77 @@ func (t *Tracer) AttachLibrary(pid int, path string, lib Library) (Attached, err
 	return res, nil
 }
 
-func closeAll(ls []link.Link) {
-	for _, l := range ls {
-		_ = l.Close()
+// exe opens the library at path once (under t.mu): re-attaching it (probe
+// windows) must not parse a 100 MB libcuda again.
+func (t *Tracer) exe(path string) (*libExe, error) {
+	if le := t.exes[path]; le != nil {
+		return le, nil
 	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return nil, err
+	}
+	syms, err := definedSymbols(path)
+	if err != nil {
+		return nil, err
+	}
+	le := &libExe{ex: ex, syms: syms}
+	t.exes[path] = le
+	return le, nil
+}
+
+// definedSymbols lists the functions the ELF file at path defines (dynamic
+// and static symbol tables): a uprobe_multi link fails whole on one
+// missing symbol, so the hooks' variants a library lacks are left out first.
+func definedSymbols(path string) (map[string]bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read symbols: %w", err)
+	}
+	defer f.Close()
+	out := map[string]bool{}
+	for _, read := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
+		syms, err := read()
+		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+			return nil, fmt.Errorf("read symbols: %w", err)
+		}
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 && s.Section != elf.SHN_UNDEF {
+				out[s.Name] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// UprobeMulti reports whether probes are uprobe_multi links (kernel 6.6+;
+// SPECPROF_UPROBE_MULTI=0 turns them off) rather than perf-event uprobes.
+func (t *Tracer) UprobeMulti() bool { return t.multi }
+
+// uprobePrograms names every program attached as a uprobe.
+func uprobePrograms() []string {
+	names := []string{"sp_empty"}
+	for _, h := range Hooks {
+		names = append(names, h.Prog)
+		if h.RetProg != "" {
+			names = append(names, h.RetProg)
+		}
+	}
+	return names
+}
+
+// closeAll closes links concurrently: each removal waits for the kernel's
+// grace period, and uprobe_multi links wait in parallel.
+func closeAll(ls []link.Link) {
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = l.Close()
+		}()
+	}
+	wg.Wait()
 }
 
 func (t *Tracer) program(name string) *ebpf.Program {
@@ -403,11 +528,13 @@ func (t *Tracer) Close() error {
 		_ = t.rd.Close()
 	}
 	t.mu.Lock()
+	var all []link.Link
 	for k, ls := range t.links {
-		closeAll(ls)
+		all = append(all, ls...)
 		delete(t.links, k)
 	}
 	t.mu.Unlock()
+	closeAll(all)
 	closeAll(t.global)
 	t.global = nil
 	return t.objs.Close()
@@ -425,7 +552,12 @@ func (t *Tracer) AttachEmpty(pid int, path, symbol string) (link.Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	l, err := ex.Uprobe(symbol, t.objs.SpEmpty, &link.UprobeOptions{PID: pid})
+	var l link.Link
+	if t.multi {
+		l, err = ex.UprobeMulti([]string{symbol}, t.objs.SpEmpty, &link.UprobeMultiOptions{PID: uint32(pid)})
+	} else {
+		l, err = ex.Uprobe(symbol, t.objs.SpEmpty, &link.UprobeOptions{PID: pid})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("attach empty uprobe %s in %s: %w", symbol, path, err)
 	}
@@ -437,12 +569,14 @@ func (t *Tracer) AttachEmpty(pid int, path, symbol string) (link.Link, error) {
 func (t *Tracer) DetachLibraries(pid int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var all []link.Link
 	for k, ls := range t.links {
 		if k.pid == pid {
-			closeAll(ls)
+			all = append(all, ls...)
 			delete(t.links, k)
 		}
 	}
+	closeAll(all)
 }
 
 // ProgramStats returns the kernel's accumulated run time and run count of

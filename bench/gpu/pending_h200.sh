@@ -109,6 +109,10 @@
 #              time: the walk's own cost), (2) build/emptyprobe (empty programs on the same entry
 #              points: the traps alone). Carry build/emptyprobe too
 #              (go build -o build/emptyprobe ./bench/gpu/emptyprobe). About 7 minutes.
+#   s14c       (issue 6) s14b: empty probes alone cost HF +9.2 % per generate, specprof's +20.6 %; no
+#              per-launch probe can cost an eager loop 0.5 %. Probe windows (--probe-duty, session 14):
+#              abattach.py with the probes in place 1 s of every 4 s and 250 ms of every 10 s, each
+#              attach 30 s on / 15 s off for 200 s (about 8 minutes).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -369,12 +373,28 @@ s14b)
   grep -A3 "^| generates" /tmp/ab14e/table.md
   for d in ab14s ab14e; do (cd /tmp/$d && tar czf "$OUT/$d.tgz" ./table.md ./ab.json ./workload.json ./workload.stderr ./on-*/stderr.txt); done
   ;;
+s14c)
+  # Probe windows (--probe-duty): the attach's cost with the probes in place 1 s of every 4 s, then
+  # 250 ms of every 10 s; each attach's report.json gives the share of the time they were in place.
+  mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
+  for d in 1s/4s 250ms/10s; do
+    n=ab14d${d//\//-}
+    $P bench/gpu/abattach.py --specprof build/specprof --python "$P" --out /tmp/$n \
+      --attach-args "--cupti off --spec-metrics off --preset hf-assisted --probe-duty $d" \
+      --on-s ${AB_ON_S:-30} --off-s ${AB_OFF_S:-15} --total-s ${AB_TOTAL_S:-200} -- --new-tokens 48 > /tmp/$n.log 2>&1
+    echo "$n: rc $?"
+    grep -A3 "^| generates" /tmp/$n/table.md
+    grep -ho '"share": [0-9.]*\|"windows": [0-9]*\|"detach_mean_ns": [0-9]*\|"cycles": [0-9]*\|"cycles_cut_by_probe_windows": [0-9]*' \
+      /tmp/$n/on-1/report.json | tr '\n' ' '; echo
+    (cd /tmp/$n && tar czf "$OUT/$n.tgz" ./table.md ./ab.json ./workload.json ./workload.stderr ./on-*/stderr.txt ./on-*/report.json)
+  done
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|guard" >&2
   exit 2
   ;;
 esac

@@ -48,6 +48,7 @@ type sessionFlags struct {
 	detach   bool
 	windows  int
 	graphs   string
+	probes   string // --probe-duty
 }
 
 func (f *sessionFlags) register(c *cobra.Command) {
@@ -65,6 +66,7 @@ func (f *sessionFlags) register(c *cobra.Command) {
 		k.flags(fl)
 	}
 	fl.StringVar(&f.duty, "cupti-duty", "", "trace GPU kernels and copies only in windows, ON/PERIOD (e.g. 200ms/2s): cycles inside a window get GPU figures, the rest CPU figures only; switched by an application thread where it waits for the GPU (switching under GPU work crashed processes on the H200). CUPTI still costs each CUDA call outside the windows: on the H200 100ms/1s cost the graph loop 3.0 % against 5.0 % for tracing every kernel, but a launch-bound eager loop about as much as full tracing; there use --cupti-windows N --cupti-detach")
+	fl.StringVar(&f.probes, "probe-duty", "", "attach the CUDA/NCCL probes only in windows, ON/PERIOD (e.g. 500ms/10s): cycles wholly inside a window are measured (the first and last of each window are cut and counted), and between windows the target runs without any probe. A probe costs every launch its trap (about 1.6 µs per launch in HF's eager loop on the H200), so on launch-bound loops this is the way to cost a given share of that; CPU figures only (no --cupti)")
 	fl.IntVar(&f.windows, "cupti-windows", 0, "with --cupti-duty: trace at most N windows, then no more GPU records (0: no limit)")
 	fl.BoolVar(&f.detach, "cupti-detach", false, "with --cupti-windows: detach CUPTI from the target (cuptiFinalize) after the last window, for good. A subscribed CUPTI costs the target on every CUDA call even with nothing enabled; the detach makes one application thread wait for a context synchronisation and CUPTI's teardown (measured and reported). Final, because CUDA graph launches failed after CUPTI was attached again (H200, CUDA 13.0); refused in a process that has built CUDA graphs, whose launches fail after the detach (the report says so)")
 	fl.StringVar(&f.graphs, "cupti-graphs", "node", "CUDA graph launches: 'node' records every kernel of a replay; 'graph' one record per replay (first node start to last node end; CUPTI's graph-level tracing), cheaper where graphs hold many kernels, with phase GPU figures per graph instead of per kernel")
@@ -138,6 +140,16 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 	if f.interval < 0 {
 		return nil, fmt.Errorf("--interval %d: must be 0 or more", f.interval)
 	}
+	var probeOn, probePeriod time.Duration
+	if f.probes != "" {
+		if probeOn, probePeriod, err = parseProbeDuty(f.probes); err != nil {
+			return nil, err
+		}
+		if f.cupti == "on" || f.duty != "" {
+			// A launch made between windows would have CUPTI records and no probe event to join them to.
+			return nil, fmt.Errorf("--probe-duty with GPU records (--cupti on or --cupti-duty): not supported, GPU records are joined to every launch's probe event; use --cupti off, or --cupti-duty alone")
+		}
+	}
 	level := slog.LevelInfo
 	if f.verbose {
 		level = slog.LevelDebug
@@ -177,7 +189,8 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 	if f.ranks < 0 {
 		return nil, fmt.Errorf("--collective-ranks %d: must be 0 (count the traced processes) or more", f.ranks)
 	}
-	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log, CollectiveRanks: f.ranks}
+	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log, CollectiveRanks: f.ranks,
+		ProbeOn: probeOn, ProbePeriod: probePeriod}
 	// GPU names and UUIDs for the traces (NVML): initialized here, before
 	// tracing, as loading NVML takes a while.
 	gpus := gpuinfo.New()
@@ -253,6 +266,10 @@ func (s *session) startCUPTI() ([]string, error) {
 	case "auto", "on":
 	default:
 		return nil, fmt.Errorf("--cupti %q: want auto, on or off", s.flags.cupti)
+	}
+	if s.flags.probes != "" {
+		s.log.Info("GPU-side records off with --probe-duty (CPU figures only)")
+		return nil, nil
 	}
 	if v := os.Getenv("CUDA_INJECTION64_PATH"); v != "" {
 		s.log.Warn("CUDA_INJECTION64_PATH is already set; leaving it alone, so no GPU-side records", "path", v)
@@ -481,6 +498,22 @@ func (s *session) specTotal() *agent.SpecMetrics {
 		m.TokPerSec = &v
 	}
 	return m
+}
+
+// parseProbeDuty reads --probe-duty ON/PERIOD. ON is at least 50 ms: a
+// window's probes take tens of milliseconds to go in and out.
+func parseProbeDuty(v string) (on, period time.Duration, err error) {
+	a, b, ok := strings.Cut(v, "/")
+	if ok {
+		on, err = time.ParseDuration(a)
+		if err == nil {
+			period, err = time.ParseDuration(b)
+		}
+	}
+	if !ok || err != nil || on < 50*time.Millisecond || period <= on || period > time.Hour {
+		return 0, 0, fmt.Errorf("--probe-duty %q: want ON/PERIOD durations with 50ms <= ON < PERIOD <= 1h, e.g. 500ms/10s", v)
+	}
+	return on, period, nil
 }
 
 // parseDuty reads --cupti-duty ON/PERIOD (durations, whole milliseconds).

@@ -69,6 +69,18 @@ func TestBadInput(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--cupti-duty", "2s/1s", "--", "true")
 		wantErr(t, out, err, "--cupti-duty", "2s/1s", "ON <= PERIOD")
 	})
+	t.Run("bad --probe-duty", func(t *testing.T) {
+		out, err := runBin(t, nil, "run", "--cupti", "off", "--probe-duty", "10ms/1s", "--", "true")
+		wantErr(t, out, err, "--probe-duty", "10ms/1s", "50ms <= ON < PERIOD")
+		out, err = runBin(t, nil, "run", "--cupti", "off", "--probe-duty", "1s", "--", "true")
+		wantErr(t, out, err, "--probe-duty", `"1s"`, "ON/PERIOD")
+	})
+	t.Run("--probe-duty with GPU records", func(t *testing.T) {
+		out, err := runBin(t, nil, "run", "--cupti", "on", "--probe-duty", "500ms/5s", "--", "true")
+		wantErr(t, out, err, "--probe-duty", "--cupti off")
+		out, err = runBin(t, nil, "run", "--cupti-duty", "100ms/1s", "--probe-duty", "500ms/5s", "--", "true")
+		wantErr(t, out, err, "--probe-duty", "--cupti-duty")
+	})
 	t.Run("--cupti-windows without --cupti-duty", func(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--cupti-windows", "3", "--", "true")
 		wantErr(t, out, err, "--cupti-windows 3", "--cupti-duty")

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/specprof/specprof/agent"
 )
@@ -93,6 +94,17 @@ func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs, gpuCy
 // table over all cycles, calls outside cycles, and every loss counter.
 func WriteReport(w io.Writer, r *agent.Report) error {
 	fmt.Fprintf(w, "\n=== specprof report (preset %s, %s) ===\n", r.Preset, r.End.Sub(r.Start).Round(1e6))
+	if pw := r.ProbeWindows; pw != nil {
+		kind := "perf-event uprobes"
+		if pw.UprobeMulti {
+			kind = "uprobe_multi links"
+		}
+		fmt.Fprintf(w, "probes in place only in windows (--probe-duty %v/%v): %d windows, %.1f %% of the time; "+
+			"removing a window's probes (%s) took %s ms on average, at most %s ms. Only cycles wholly inside a window are measured; "+
+			"those cut by a window's edge are left out and counted per thread\n",
+			time.Duration(pw.OnNs), time.Duration(pw.PeriodNs), pw.Windows, 100*pw.Share, kind,
+			ms(float64(pw.DetachMeanNs)), ms(float64(pw.DetachMaxNs)))
+	}
 	for _, p := range r.Processes {
 		fmt.Fprintf(w, "\npid %d  %s\n", p.PID, trim(p.Cmdline, 100))
 		if p.Python != "" {
@@ -142,6 +154,9 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			}
 			if t.GPULost > 0 {
 				fmt.Fprintf(w, " (%d with a launch whose CUPTI API record was lost: CPU figures only)", t.GPULost)
+			}
+			if t.ProbeCut > 0 {
+				fmt.Fprintf(w, " (and %d cut by a probe window's edge, left out)", t.ProbeCut)
 			}
 			if t.Cycles > 0 {
 				fmt.Fprintf(w, ", mean cycle %s ms\n", ms(float64(t.CycleNs)/float64(t.Cycles)))
