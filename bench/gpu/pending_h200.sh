@@ -356,7 +356,7 @@ s13c)
 s14)
   $P bench/gpu/suite.py --specprof build/specprof --cupti-lib build/libspecprof_cupti.so --python "$P" \
     --out /tmp/hf14 --export "$OUT/hf14" --workloads hf --methods none,ebpf,full,torchprof \
-    --reps 3 --hf-new-tokens 48 --budget-s 530 --run-timeout-s 120 > /tmp/hf14.log 2>&1
+    --reps 3 --hf-new-tokens 48 --budget-s ${S14_BUDGET_S:-530} --run-timeout-s 120 > /tmp/hf14.log 2>&1
   echo "hf14: rc $?"
   grep -A8 "^| method" /tmp/hf14/table.md | head -10
   ;;
