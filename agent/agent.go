@@ -115,6 +115,7 @@ type Agent struct {
 	ranks       map[int]*rankTrack   // tensor-parallel ranks (ranks.go)
 	duty        map[int]*dutyState   // duty-cycled GPU tracing windows by pid (duty.go)
 	pw          *probeWindows        // probe windows (probeduty.go); nil: probes always in place
+	lostSeq     uint32               // the last call record's bpf.APIEvent.LostSeq
 	// noQuietFlush: SPECPROF_QUIET_FLUSH=off, no flush requests to quiet
 	// libraries (flushQuiet; a diagnostic).
 	noQuietFlush bool

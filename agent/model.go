@@ -133,6 +133,10 @@ type ThreadReport struct {
 	// them (Report.ProbeWindows): begun before the probes went in, or
 	// still open when they were removed. Not in Cycles.
 	ProbeCut int `json:"cycles_cut_by_probe_windows,omitempty"`
+	// LossCut counts cycles left out because call records went missing
+	// while they were open (Loss.RingBuf: the ring buffer was full, e.g.
+	// while the agent learnt the code objects); not in Cycles.
+	LossCut int `json:"cycles_with_lost_records,omitempty"`
 }
 
 // ProcessReport describes one traced process.

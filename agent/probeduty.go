@@ -132,8 +132,10 @@ func (a *Agent) closeProbeWindow() {
 	}
 	t0 := time.Now()
 	k := monotonicNow()
+	a.log.Debug("probe window closing", "window", len(w.opens))
 	a.stopProbes()
 	d := time.Since(t0)
+	a.log.Debug("probe window closed", "window", len(w.opens), "removal", d.Round(time.Microsecond))
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	w.open = false
@@ -175,6 +177,7 @@ func (a *Agent) openProbeWindow(now time.Time) {
 		}
 	}
 	w.attachNs += int64(time.Since(t0))
+	a.log.Debug("probe window open", "window", len(w.opens), "attach", time.Since(t0).Round(time.Microsecond))
 }
 
 // probeCut is called for every event of thread t before it is attributed:

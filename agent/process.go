@@ -119,6 +119,10 @@ type thread struct {
 	probeWin        int
 	cutCur, cutNext bool
 	probeCut        int
+	// Records lost to a full ring buffer (lostRecords): the open cycle and
+	// the next one to begin are incomplete, and how many were left out.
+	lossCur, lossNext bool
+	lossCut           int
 }
 
 func (p *process) thread(tid int) *thread {
@@ -275,6 +279,10 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 		_ = a.ensurePython(p)
 	}
 	t := p.thread(int(e.TID))
+	if e.LostSeq != a.lostSeq {
+		a.lostSeq = e.LostSeq
+		a.lostRecords()
+	}
 	if a.pw != nil {
 		a.probeCut(p, t, e.Ktime, a.matcherOf(p))
 	}
@@ -285,6 +293,9 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	ph, cyc := a.resolve(p, e)
 	m := a.matcherOf(p)
 	a.advanceCycle(p, t, ph, cyc, e.Ktime, m)
+	// This thread's lost records, if any, came before this call: a cycle
+	// it begins later is whole.
+	t.lossNext = false
 
 	acc := t.acc(ph, e.Ktime, m)
 	// Before the join: a launch whose API record came first is matched
@@ -442,6 +453,7 @@ func (a *Agent) advanceCycle(p *process, t *thread, ph uint16, cyc uint64, ktime
 			a.closeCycle(p, t, m)
 		}
 		t.cutCur, t.cutNext = t.cutNext, false
+		t.lossCur, t.lossNext = t.lossNext, false
 		if !p.titleRead {
 			// While the process lives: its cycles may drain only after it
 			// exits (CUPTI flushes at exit), when /proc no longer has it.
@@ -489,6 +501,22 @@ type closedCycle struct {
 	lost bool
 	// cut: a probe window's edge cut it (probeduty.go): left out.
 	cut bool
+	// lossCut: call records went missing while it was open (full ring
+	// buffer): left out.
+	lossCut bool
+}
+
+// lostRecords: call or sync-exit records were lost to a full ring buffer
+// since the last call record read. Whose is not known, so every thread's
+// open cycle, and the next one each begins (its first calls may be the lost
+// ones), are incomplete: left out of the figures and counted.
+func (a *Agent) lostRecords() {
+	for _, p := range a.procs {
+		for _, t := range p.threads {
+			t.lossCur = t.lossCur || t.inCycle
+			t.lossNext = true
+		}
+	}
 }
 
 func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
@@ -497,8 +525,8 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 	}
 	t.inCycle = false
 	cc := &closedCycle{no: t.cycleNo, spanNs: int64(t.cycleLast - t.cycleFirst), phases: map[uint16]*PhaseStats{},
-		first: t.cycleFirst, last: t.cycleLast, cut: t.cutCur}
-	t.cutCur = false
+		first: t.cycleFirst, last: t.cycleLast, cut: t.cutCur, lossCut: t.lossCur}
+	t.cutCur, t.lossCur = false, false
 	if a.tracing() {
 		cc.spans = make(map[uint16][2]uint64, len(t.cur))
 	}
@@ -579,6 +607,10 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 			t.probeCut++
 			continue
 		}
+		if cc.lossCut {
+			t.lossCut++
+			continue
+		}
 		switch {
 		case cc.partial:
 			cc.stripGPU()
@@ -656,7 +688,7 @@ func (p *process) report(a *Agent) *ProcessReport {
 		if conn { // its library connected after those cycles: their GPU work is unknown
 			partial += t.preConn
 		}
-		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: partial, GPULost: t.gpuLost, ProbeCut: t.probeCut,
+		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: partial, GPULost: t.gpuLost, ProbeCut: t.probeCut, LossCut: t.lossCut,
 			Phases: sortedStats(t.total, order), Outside: sortedStats(outsideStats(t.outside), order), Calls: t.calls, Resolved: t.resolved})
 	}
 	sort.Slice(r.Threads, func(i, j int) bool { return r.Threads[i].TID < r.Threads[j].TID })

@@ -69,12 +69,16 @@ type Py struct {
 // collective, a capture step or a marker.
 type APIEvent struct {
 	Header
-	API    API
-	Stream uint64
-	Handle uint64 // CUfunction, CUgraphExec, CUevent or ncclComm_t
-	Arg0   uint64 // launches: packed grid; copies: bytes; NCCL: count
-	Arg1   uint64 // launches: packed block; NCCL: datatype | op<<8 | (root|peer)+1 << 16
-	Py     Py
+	API API
+	// LostSeq counts the call and sync-exit records lost to a full ring
+	// buffer before this one was submitted: when it changes, records went
+	// missing in between, and cycles open then are incomplete.
+	LostSeq uint32
+	Stream  uint64
+	Handle  uint64 // CUfunction, CUgraphExec, CUevent or ncclComm_t
+	Arg0    uint64 // launches: packed grid; copies: bytes; NCCL: count
+	Arg1    uint64 // launches: packed block; NCCL: datatype | op<<8 | (root|peer)+1 << 16
+	Py      Py
 }
 
 // Dims unpacks a grid or block packed by the BPF program.
@@ -150,6 +154,7 @@ func Decode(b []byte) (any, error) {
 		}
 		e := &APIEvent{Header: h}
 		e.API = API(le.Uint32(b[24:]))
+		e.LostSeq = le.Uint32(b[unsafe.Offsetof(specprofApiEvent{}.LostSeq):])
 		e.Stream = le.Uint64(b[32:])
 		e.Handle = le.Uint64(b[40:])
 		e.Arg0 = le.Uint64(b[48:])

@@ -23,13 +23,13 @@ type specprofApiEvent struct {
 		Cpu   uint32
 		Ktime uint64
 	}
-	Api    uint32
-	Pad    uint32
-	Stream uint64
-	Handle uint64
-	Arg0   uint64
-	Arg1   uint64
-	Py     struct {
+	Api     uint32
+	LostSeq uint32
+	Stream  uint64
+	Handle  uint64
+	Arg0    uint64
+	Arg1    uint64
+	Py      struct {
 		_          structs.HostLayout
 		Phase      uint16
 		Flags      uint16
@@ -379,6 +379,7 @@ const (
 	specprofProgSpStreamWaitEvent   = "sp_stream_wait_event"
 	specprofVarCodeCache            = "code_cache"
 	specprofVarPlainSig             = "plain_sig"
+	specprofVarRingbufLostSeq       = "ringbuf_lost_seq"
 	specprofVarUnusedApiEvent       = "unused_api_event"
 	specprofVarUnusedApiEventFull   = "unused_api_event_full"
 	specprofVarUnusedLibEvent       = "unused_lib_event"
@@ -496,6 +497,7 @@ type specprofMapSpecs struct {
 type specprofVariableSpecs struct {
 	CodeCache           *ebpf.VariableSpec `ebpf:"code_cache"`
 	PlainSig            *ebpf.VariableSpec `ebpf:"plain_sig"`
+	RingbufLostSeq      *ebpf.VariableSpec `ebpf:"ringbuf_lost_seq"`
 	UnusedApiEvent      *ebpf.VariableSpec `ebpf:"unused_api_event"`
 	UnusedApiEventFull  *ebpf.VariableSpec `ebpf:"unused_api_event_full"`
 	UnusedLibEvent      *ebpf.VariableSpec `ebpf:"unused_lib_event"`
@@ -569,6 +571,7 @@ func (m *specprofMaps) Close() error {
 type specprofVariables struct {
 	CodeCache           *ebpf.Variable `ebpf:"code_cache"`
 	PlainSig            *ebpf.Variable `ebpf:"plain_sig"`
+	RingbufLostSeq      *ebpf.Variable `ebpf:"ringbuf_lost_seq"`
 	UnusedApiEvent      *ebpf.Variable `ebpf:"unused_api_event"`
 	UnusedApiEventFull  *ebpf.Variable `ebpf:"unused_api_event_full"`
 	UnusedLibEvent      *ebpf.Variable `ebpf:"unused_lib_event"`

@@ -113,6 +113,12 @@
 #              per-launch probe can cost an eager loop 0.5 %. Probe windows (--probe-duty, session 14):
 #              abattach.py with the probes in place 1 s of every 4 s and 250 ms of every 10 s, each
 #              attach 30 s on / 15 s off for 200 s (about 8 minutes).
+#   s14d       (issue 6) one 140 s attach with 1s/5s probe windows and -v (the windows' wall times):
+#              generates overlapping a window cost +22 %, those between windows +4 % after the
+#              first minute, within a baseline drift of about as much (§18d).
+#   s15        (issue 6) prepared in session 14: whether probe windows leave a cost between windows.
+#              250ms/10s windows, attached 60 s / away 20 s in turn for 400 s around one HF process,
+#              split by bench/gpu/probewin.py (about 8 minutes).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -389,12 +395,40 @@ s14c)
     (cd /tmp/$n && tar czf "$OUT/$n.tgz" ./table.md ./ab.json ./workload.json ./workload.stderr ./on-*/stderr.txt ./on-*/report.json)
   done
   ;;
+s14d)
+  # One long attach with probe windows (1s/5s) and debug logs (each window's open and close, wall
+  # clock): generates made between windows against those overlapping one and those made without
+  # specprof (bench/gpu/probewin.py splits them).
+  mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
+  $P bench/gpu/abattach.py --specprof build/specprof --python "$P" --out /tmp/ab14w \
+    --attach-args "--cupti off --spec-metrics off --preset hf-assisted --probe-duty ${PD:-1s/5s} -v" \
+    --on-s ${AB_ON_S:-150} --off-s ${AB_OFF_S:-20} --total-s ${AB_TOTAL_S:-190} -- --new-tokens 48 > /tmp/ab14w.log 2>&1
+  echo "ab14w: rc $?"
+  grep -A3 "^| generates" /tmp/ab14w/table.md
+  grep -h "probe window" /tmp/ab14w/on-*/stderr.txt > /tmp/ab14w/windows.txt
+  (cd /tmp/ab14w && tar czf "$OUT/ab14w.tgz" ./table.md ./ab.json ./workload.json ./workload.stderr ./windows.txt ./on-*/report.json)
+  ;;
+s15)
+  # s14d left +4 % between windows against a baseline that drifted as much. Attached 60 s and away
+  # 20 s in turn, so that each attach has its own reference on either side; the windows' share
+  # is the one that would meet 0.5 % (250ms/10s). bench/gpu/probewin.py --skip-s 30 splits the
+  # generates (the agent's first 30 s of each attach are its learning).
+  mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
+  $P bench/gpu/abattach.py --specprof build/specprof --python "$P" --out /tmp/ab15 \
+    --attach-args "--cupti off --spec-metrics off --preset hf-assisted --probe-duty ${PD:-250ms/10s} -v" \
+    --on-s ${AB_ON_S:-60} --off-s ${AB_OFF_S:-20} --total-s ${AB_TOTAL_S:-400} -- --new-tokens 48 > /tmp/ab15.log 2>&1
+  echo "ab15: rc $?"
+  grep -A3 "^| generates" /tmp/ab15/table.md
+  grep -h "probe window" /tmp/ab15/on-*/stderr.txt > /tmp/ab15/windows.txt
+  $P bench/gpu/probewin.py /tmp/ab15 --skip-s 30 | tee /tmp/ab15/probewin.md
+  (cd /tmp/ab15 && tar czf "$OUT/ab15.tgz" ./table.md ./ab.json ./workload.json ./workload.stderr ./windows.txt ./probewin.md ./on-*/report.json)
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|guard" >&2
   exit 2
   ;;
 esac

@@ -1008,5 +1008,73 @@ class TestABAttach(unittest.TestCase):
         self.assertIsNone(abattach.attached_at("time=2026-11-30T09:44:44.357Z level=INFO msg=\"other\"\n"))
 
 
+class TestProbeWin(unittest.TestCase):
+    """bench/gpu/probewin.py: one attach's generates split by its probe windows."""
+
+    def test_split(self):
+        tmp = tempfile.mkdtemp(prefix="probewin-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        t0 = 1_800_000_000.0
+        # Reference generates (no specprof) take 1.0 s; attached from t0+10 to t0+100; windows
+        # [t0+20, t0+21.1] and [t0+40, t0+41.1]; generates overlapping them take 1.3 s, the others
+        # between windows 1.05 s.
+        reps = []
+        for k in range(5):
+            reps.append({"prompt": 0, "t0": t0 + k * 1.5, "t1": t0 + k * 1.5 + 1.0})
+            reps.append({"prompt": 0, "t0": t0 + 110 + k * 1.5, "t1": t0 + 111 + k * 1.5})
+        for start in (15.0, 20.5, 30.0, 40.2, 50.0, 70.0):
+            d = 1.3 if start in (20.5, 40.2) else 1.05
+            reps.append({"prompt": 0, "t0": t0 + start, "t1": t0 + start + d})
+        ab = {"windows": [{"spawn": t0 + 9, "attached": t0 + 10, "until": t0 + 100, "exit": t0 + 101}],
+              "repeats": reps}
+        with open(os.path.join(tmp, "ab.json"), "w") as f:
+            json.dump(ab, f)
+        iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%03dZ" % round((t % 1) * 1000)
+        lines = ['time=%s level=DEBUG msg="probe window closing" window=1' % iso(t0 + 11),
+                 'time=%s level=DEBUG msg="probe window closed" window=1 removal=100ms' % iso(t0 + 11.1),
+                 'time=%s level=DEBUG msg="probe window open" window=2 attach=5ms' % iso(t0 + 20.005),
+                 'time=%s level=DEBUG msg="probe window closed" window=2 removal=100ms' % iso(t0 + 21.1),
+                 'time=%s level=DEBUG msg="probe window open" window=3 attach=5ms' % iso(t0 + 40.005),
+                 'time=%s level=DEBUG msg="probe window closed" window=3 removal=100ms' % iso(t0 + 41.1)]
+        with open(os.path.join(tmp, "windows.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        r = subprocess.run([sys.executable, os.path.join(HERE, "probewin.py"), tmp, "--skip-s", "30"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| overlapping a probe window | 2 | +30.0 % | +30.0 % |", r.stdout)
+        self.assertIn("| between windows | 4 | +5.0 % | +5.0 % |", r.stdout)
+        self.assertIn("| between windows, in the attach's first 30 s | 2 | +5.0 % |", r.stdout)
+        self.assertIn("| between windows, after the attach's first 30 s | 2 | +5.0 % |", r.stdout)
+        self.assertIn("1 attaches, 3 probe windows", r.stdout)
+
+    def test_drift_cancels(self):
+        """Two attaches; the host slows by 20 % between them: each attach is compared with the
+        generates on either side of it, so the drift does not show as a cost."""
+        tmp = tempfile.mkdtemp(prefix="probewin-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        t0 = 1_800_000_000.0
+        reps = []
+        for k in range(4):
+            reps.append({"prompt": 1, "t0": t0 + k * 1.5, "t1": t0 + k * 1.5 + 1.0})      # before attach 1
+            reps.append({"prompt": 1, "t0": t0 + 100 + k * 2, "t1": t0 + 101.2 + k * 2})  # between the attaches
+            reps.append({"prompt": 1, "t0": t0 + 200 + k * 2, "t1": t0 + 201.2 + k * 2})  # after attach 2
+        reps.append({"prompt": 1, "t0": t0 + 50, "t1": t0 + 51.21})   # attach 1: +10 % against 1.1, the median of 1.0 and 1.2
+        reps.append({"prompt": 1, "t0": t0 + 150, "t1": t0 + 151.32})  # attach 2: +10 % against 1.2
+        ab = {"windows": [{"spawn": t0 + 9, "attached": t0 + 10, "until": t0 + 90, "exit": t0 + 91, "rc": 0},
+                          {"spawn": t0 + 109, "attached": t0 + 110, "until": t0 + 190, "exit": t0 + 191, "rc": 0}],
+              "repeats": reps}
+        with open(os.path.join(tmp, "ab.json"), "w") as f:
+            json.dump(ab, f)
+        iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%03dZ" % round((t % 1) * 1000)
+        with open(os.path.join(tmp, "windows.txt"), "w") as f:
+            f.write('time=%s level=DEBUG msg="probe window closed" window=1 removal=100ms\n' % iso(t0 + 11))
+            f.write('time=%s level=DEBUG msg="probe window closed" window=1 removal=100ms\n' % iso(t0 + 111))
+        r = subprocess.run([sys.executable, os.path.join(HERE, "probewin.py"), tmp, "--skip-s", "0"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| between windows | 2 | +10.0 % | +10.0 % |", r.stdout)
+        self.assertIn("2 attaches, 2 probe windows", r.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()

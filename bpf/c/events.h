@@ -124,7 +124,10 @@ struct sp_py {
 struct api_event {
 	struct sp_header h;
 	__u32 api;
-	__u32 _pad;
+	/* Call and sync-exit records lost to a full ring buffer so far (all
+	 * CPUs), read when this one was submitted: a change tells user space
+	 * that records went missing before this one. */
+	__u32 lost_seq;
 	__u64 stream;
 	__u64 handle; /* CUfunction, CUgraphExec, CUevent, ncclComm_t */
 	__u64 arg0;   /* grid (x|y<<21|z<<42), bytes, count */

@@ -117,6 +117,15 @@ static __always_inline void count_lost(__u32 idx)
 		*v += 1;
 }
 
+/* Call and sync-exit records lost to a full ring buffer (api_event.lost_seq). */
+__u32 ringbuf_lost_seq = 0;
+
+static __always_inline void lost_record(void)
+{
+	count_lost(SP_LOST_RINGBUF);
+	__sync_fetch_and_add(&ringbuf_lost_seq, 1);
+}
+
 static __always_inline __u64 rd64(__u64 addr, int *err)
 {
 	__u64 v = 0;
@@ -1064,8 +1073,9 @@ static __always_inline int submit(struct api_event_full *full)
 	 * hand them to user space at once. */
 	if (full->e.py.flags & SP_PY_UNKNOWN)
 		flags = BPF_RB_FORCE_WAKEUP;
+	full->e.lost_seq = ringbuf_lost_seq;
 	if (bpf_ringbuf_output(&events, full, size, flags))
-		count_lost(SP_LOST_RINGBUF);
+		lost_record();
 	return 0;
 }
 
@@ -1161,7 +1171,7 @@ static __always_inline int sync_exit(struct pt_regs *ctx, __u32 api)
 {
 	struct sync_exit_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
-		count_lost(SP_LOST_RINGBUF);
+		lost_record();
 		return 0;
 	}
 	__u64 id = bpf_get_current_pid_tgid();

@@ -158,6 +158,9 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			if t.ProbeCut > 0 {
 				fmt.Fprintf(w, " (and %d cut by a probe window's edge, left out)", t.ProbeCut)
 			}
+			if t.LossCut > 0 {
+				fmt.Fprintf(w, " (and %d with call records lost to a full ring buffer, left out)", t.LossCut)
+			}
 			if t.Cycles > 0 {
 				fmt.Fprintf(w, ", mean cycle %s ms\n", ms(float64(t.CycleNs)/float64(t.Cycles)))
 				if err := writePhases(w, t.Phases, float64(t.Cycles), float64(t.CycleNs), float64(t.Cycles-t.Untraced-t.GPUPartial-t.GPULost)); err != nil {
