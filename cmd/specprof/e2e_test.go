@@ -139,7 +139,13 @@ func TestRunAttributesEveryCall(t *testing.T) {
 				// (checkActiveElapsed needs some): 200 Python frames
 				// make every launch of the workload itself several
 				// times slower, and a slow machine then had none at the
-				// default 20 µs.
+				// default 20 µs. Whether a launch lands just before its
+				// predecessor's end (a hand-over gap) stays a matter of
+				// the machine's speed at depth 200 (0 of 3,722 operations
+				// in one clean-clone CI run at 100 µs, 7-14 at 400 µs,
+				// none at 1 ms, where launches queue far ahead): the
+				// depth-10 cases of the same interpreter and mode
+				// (20-109 a run) are the ones required to have some.
 				kernelUs := 20
 				if depth > 10 {
 					kernelUs = 100
@@ -173,7 +179,7 @@ func TestRunAttributesEveryCall(t *testing.T) {
 					checkKernels(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "events.jsonl"))
 					checkGPUBusy(t, filepath.Join(dir, "truth.jsonl"), &rep, mode == "eager")
 					checkCycles(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "cycles.jsonl"), &rep, cycles)
-					checkActiveElapsed(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "cycles.jsonl"), &rep)
+					checkActiveElapsed(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "cycles.jsonl"), &rep, depth == 10)
 					t.Logf("%d calls compared", n)
 				})
 			}
@@ -564,9 +570,10 @@ func checkCycles(t *testing.T, truthPath, cyclesPath string, rep *agent.Report, 
 // from there, else from its start. Active is the union of those intervals
 // over the phase's operations (listed by correlation id in the timeline),
 // elapsed their first to last. It also asserts that the rule mattered: some
-// operations were queued behind a predecessor with a gap, and some phase's
-// active time differs from its busy time.
-func checkActiveElapsed(t *testing.T, truthPath, cyclesPath string, rep *agent.Report) {
+// phase's active time differs from its busy time, and, with needQueued, some
+// operations were queued behind a predecessor with a gap (whether any are is a
+// matter of timing: see TestRunAttributesEveryCall).
+func checkActiveElapsed(t *testing.T, truthPath, cyclesPath string, rep *agent.Report, needQueued bool) {
 	t.Helper()
 	recs, err := testenv.ReadTruth(truthPath)
 	if err != nil {
@@ -610,9 +617,10 @@ func checkActiveElapsed(t *testing.T, truthPath, cyclesPath string, rep *agent.R
 			byCorr[ck{r.Pid, r.Corr}] = append(byCorr[ck{r.Pid, r.Corr}], iv{from, r.End})
 		}
 	}
-	if queued == 0 {
+	if queued == 0 && needQueued {
 		t.Errorf("no simulated operation waited behind its stream predecessor: the active-time check proved nothing")
 	}
+	t.Logf("%d of %d simulated operations waited behind their stream predecessor", queued, len(ops))
 	b, err := os.ReadFile(cyclesPath)
 	if err != nil {
 		t.Fatal(err)
