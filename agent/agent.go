@@ -116,6 +116,9 @@ type Agent struct {
 	duty        map[int]*dutyState   // duty-cycled GPU tracing windows by pid (duty.go)
 	pw          *probeWindows        // probe windows (probeduty.go); nil: probes always in place
 	lostSeq     uint32               // the last call record's bpf.APIEvent.LostSeq
+	// learning: when the last record with unknown code objects was read
+	// (Run polls every learnPoll until learnQuiet after it).
+	learning time.Time
 	// noQuietFlush: SPECPROF_QUIET_FLUSH=off, no flush requests to quiet
 	// libraries (flushQuiet; a diagnostic).
 	noQuietFlush bool
@@ -232,6 +235,16 @@ func (a *Agent) Detach(pid int) {
 	}
 }
 
+// While the agent learns code objects, BPF wakes the reader for their
+// records at most once a millisecond per CPU (a forced wakeup costs the
+// target about 17 µs in a VM), so Run polls the ring buffer every learnPoll
+// until learnQuiet after the last such record: their code objects are then
+// read within a few milliseconds, while the process still lives.
+const (
+	learnPoll  = 5 * time.Millisecond
+	learnQuiet = time.Second
+)
+
 // drainLimit bounds the drain after cancellation: with the probes removed
 // the backlog is at most one ring buffer, read in well under a second.
 const drainLimit = 5 * time.Second
@@ -272,8 +285,11 @@ func (a *Agent) Run(ctx context.Context) error {
 					"after", now.Sub(stopped).Round(time.Millisecond))
 				return nil
 			}
-			if now.Sub(set) > pollInterval/2 {
+			if now.Sub(set) > pollInterval/2 || now.Before(a.learning.Add(learnQuiet)) && now.Sub(set) > learnPoll/2 {
 				dl := now.Add(pollInterval)
+				if now.Before(a.learning.Add(learnQuiet)) {
+					dl = now.Add(learnPoll)
+				}
 				// Wake up for the next probe window's open or close.
 				if due := a.probeDue(); stopped.IsZero() && !due.IsZero() && due.Before(dl) {
 					dl = due

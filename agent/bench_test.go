@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -204,4 +205,104 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// BenchmarkLearningLaunchCost measures what a hooked launch costs while the
+// agent has not classified the code objects of its stack yet (the first
+// seconds of a session): every record then carries the whole stack, and a
+// reader that only drains the ring buffer keeps it so. Rounds alternate no
+// probe and probes; the added cost is the median of the paired differences.
+func BenchmarkLearningLaunchCost(b *testing.B) {
+	testenv.RequireRoot(b)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(envOr("SPECPROF_BENCH_PYTHON", "python3"), filepath.Join(root, "testdata/workloads/launch_bench.py"),
+		"--per-batch", envOr("SPECPROF_BENCH_PER_BATCH", "400"))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+testenv.BuildStandins(b))
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _, _ = io.WriteString(stdin, "quit\n"); _ = cmd.Wait() }()
+	rd := bufio.NewScanner(stdout)
+	var ready struct{ PID int }
+	if !rd.Scan() || json.Unmarshal(rd.Bytes(), &ready) != nil {
+		b.Fatalf("benchmark workload did not start: %q", rd.Text())
+	}
+	pid := ready.PID
+	tr, err := bpf.Load()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	preset, err := phase.LoadPreset("sglang-eagle")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ag, err := agent.New(tr, agent.Options{Preset: preset})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Drain without classifying: every stack stays unknown.
+	var records, unknown int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			ev, err := tr.Read()
+			if errors.Is(err, bpf.ErrClosed) {
+				return
+			}
+			if e, ok := ev.(*bpf.APIEvent); ok {
+				records++
+				if e.Py.Flags&bpf.PyUnknown != 0 {
+					unknown++
+				}
+			}
+		}
+	}()
+	measure := func(depth int) float64 {
+		fmt.Fprintf(stdin, "measure %d\n", depth)
+		var res struct{ NS []float64 }
+		if !rd.Scan() || json.Unmarshal(rd.Bytes(), &res) != nil || len(res.NS) == 0 {
+			b.Fatalf("measure: %q", rd.Text())
+		}
+		return median(res.NS)
+	}
+	rounds := 5
+	if v, err := strconv.Atoi(os.Getenv("SPECPROF_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	for i := 0; i < b.N; i++ {
+		for _, depth := range []int{10, 40, 200} {
+			var none, learning []float64
+			for r := 0; r < rounds; r++ {
+				none = append(none, measure(depth))
+				if err := ag.AttachRunning(pid); err != nil {
+					b.Fatal(err)
+				}
+				learning = append(learning, measure(depth))
+				ag.Detach(pid)
+			}
+			d := make([]float64, rounds)
+			for r := range none {
+				d[r] = learning[r] - none[r]
+			}
+			b.ReportMetric(median(none), fmt.Sprintf("ns/launch-none-d%d", depth))
+			b.ReportMetric(median(d), fmt.Sprintf("ns/launch-added-learning-d%d", depth))
+			b.Logf("depth %3d: no probe %.0f ns/launch; while learning +%.0f ns [%.0f..%.0f] (%d rounds, paired)",
+				depth, median(none), median(d), slices.Min(d), slices.Max(d), rounds)
+		}
+	}
+	tr.Close()
+	<-done
+	if records == 0 || unknown != records {
+		b.Errorf("%d records, %d with unknown code objects: want every one unknown", records, unknown)
+	}
+	lost, _ := tr.Lost()
+	b.Logf("%d records, all with their stack; %d lost to a full ring buffer", records, lost.RingBuf)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/specprof/specprof/agent/gpuinfo"
 	"github.com/specprof/specprof/agent/phase"
@@ -289,6 +290,7 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	t.calls++
 	if e.Py.Flags&bpf.PyUnknown != 0 {
 		t.resolved++
+		a.learning = time.Now()
 	}
 	ph, cyc := a.resolve(p, e)
 	m := a.matcherOf(p)

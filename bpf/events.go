@@ -116,7 +116,6 @@ type ProcEvent struct {
 const (
 	headerSize    = int(unsafe.Sizeof(specprofApiEvent{}.H))
 	apiEventSize  = int(unsafe.Sizeof(specprofApiEvent{}))
-	apiFullSize   = apiEventSize + 2*8*maxFrames
 	syncExitSize  = int(unsafe.Sizeof(specprofSyncExitEvent{}))
 	libEventSize  = int(unsafe.Sizeof(specprofLibEvent{}))
 	procEventSize = int(unsafe.Sizeof(specprofProcEvent{}))
@@ -164,14 +163,16 @@ func Decode(b []byte) (any, error) {
 			if n > maxFrames {
 				return nil, fmt.Errorf("decode %s event: %d frames, at most %d", e.API, n, maxFrames)
 			}
-			if err := need(apiFullSize); err != nil {
+			// Compacted: n code objects, then their n frame addresses.
+			if err := need(apiEventSize + 16*n); err != nil {
 				return nil, err
 			}
 			e.Py.Frames = make([]uint64, n)
 			e.Py.FrameAddrs = make([]uint64, n)
+			st := b[apiEventSize:]
 			for i := 0; i < n; i++ {
-				e.Py.Frames[i] = le.Uint64(b[apiEventSize+8*i:])
-				e.Py.FrameAddrs[i] = le.Uint64(b[apiEventSize+8*maxFrames+8*i:])
+				e.Py.Frames[i] = le.Uint64(st[8*i:])
+				e.Py.FrameAddrs[i] = le.Uint64(st[8*(n+i):])
 			}
 		}
 		return e, nil

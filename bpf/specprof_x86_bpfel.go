@@ -297,6 +297,7 @@ type specprofWalkState struct {
 	Settled     uint32
 	Nmax        uint32
 	Pad0        uint32
+	LastWake    uint64
 	V_frame     uint64
 	V_code      uint64
 	Cmask       uint64

@@ -104,6 +104,10 @@ struct {
 
 #define SP_WAKEUP_EVERY 16
 
+/* Forced wakeups for records with unknown code objects, per CPU, at most one
+ * in this many ns (submit). */
+#define SP_UNKNOWN_WAKE_NS 1000000ull
+
 static __always_inline __u64 wakeup_flags(void)
 {
 	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= SP_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
@@ -209,6 +213,7 @@ struct walk_state {
 	__u32 settled; /* all: phase and cycle frame are final, only recording */
 	__u32 nmax;    /* walk_fast stops at this frame count (cycle search) */
 	__u32 _pad0;
+	__u64 last_wake; /* this CPU's last forced wakeup for unknown code objects (ktime) */
 	/* The phase frame whose code object's qualname was last checked, and
 	 * that code object (tstate_cache.v_frame, v_code): while that frame
 	 * lives it holds its code object, which then cannot be reused. */
@@ -1058,8 +1063,23 @@ static __always_inline int submit(struct api_event_full *full)
 {
 	sp_walk(full, full->e.h.pid, full->e.h.tid, 0);
 	/* Frames travel only while user space has not classified them yet
-	 * (warm-up); the common record is the fixed part alone. */
-	__u64 size = full->e.py.nframes ? sizeof(struct api_event_full) : sizeof(struct api_event);
+	 * (warm-up); the common record is the fixed part alone. With frames
+	 * the record is compacted as a sample's is: the n code objects, then
+	 * their n frame addresses (a 40-frame stack takes 640 bytes, not 4 KB:
+	 * while the agent learns, the ring buffer holds six times as many). */
+	__u64 size = sizeof(struct api_event);
+	__u32 n = full->e.py.nframes;
+	if (n) {
+		if (n > SP_MAX_FRAMES)
+			n = SP_MAX_FRAMES;
+		__u64 *st = full->frames;
+		for (__u32 i = 0; i < SP_MAX_FRAMES; i++) {
+			if (i >= n)
+				break;
+			st[(n + i) & (2 * SP_MAX_FRAMES - 1)] = st[SP_MAX_FRAMES + i];
+		}
+		size += 16 * (__u64)n;
+	}
 	/* Whether to wake the reader is only asked every SP_WAKEUP_EVERY
 	 * records: the query reads the consumer position, a cache line the
 	 * reader keeps writing. A wakeup is due only with SP_WAKEUP_BYTES
@@ -1070,9 +1090,16 @@ static __always_inline int submit(struct api_event_full *full)
 	if (!w || !(w->records++ % SP_WAKEUP_EVERY))
 		flags = wakeup_flags();
 	/* Unknown code objects must be symbolized while the process lives:
-	 * hand them to user space at once. */
-	if (full->e.py.flags & SP_PY_UNKNOWN)
+	 * wake the reader for them, but at most once per SP_UNKNOWN_WAKE_NS on
+	 * a CPU. A forced wakeup costs the launching thread about 17 µs in a
+	 * VM (an interprocessor interrupt; BenchmarkLearningLaunchCost), and
+	 * while the agent learns every launch has unknown frames; meanwhile the
+	 * agent polls every few milliseconds (agent.Run). */
+	if ((full->e.py.flags & SP_PY_UNKNOWN) && (!w || full->e.h.ktime - w->last_wake >= SP_UNKNOWN_WAKE_NS)) {
 		flags = BPF_RB_FORCE_WAKEUP;
+		if (w)
+			w->last_wake = full->e.h.ktime;
+	}
 	full->e.lost_seq = ringbuf_lost_seq;
 	if (bpf_ringbuf_output(&events, full, size, flags))
 		lost_record();
