@@ -118,7 +118,8 @@
 #              first minute, within a baseline drift of about as much (§18d).
 #   s15        (issue 6) prepared in session 14: whether probe windows leave a cost between windows.
 #              250ms/10s windows, attached 60 s / away 20 s in turn for 400 s around one HF process,
-#              split by bench/gpu/probewin.py (about 8 minutes).
+#              split by bench/gpu/probewin.py (about 8 minutes); also the first one with the cheaper
+#              learning phase (§18e).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
