@@ -12,8 +12,8 @@ import (
 // costs the target its trap whatever the program does (0.6 µs in a
 // microbenchmark on the H200 host, about 1.6 µs per launch measured in HF's
 // eager loop), so on launch-bound loops the only way to cost less is to
-// probe fewer launches. Outside the windows nothing is attached and the
-// target runs untouched.
+// probe fewer launches. Outside the windows no uprobe is attached: calls
+// run at full speed (the CPU sampler, if on, goes on sampling at its rate).
 //
 // A cycle is measured only when it lies wholly inside a window: a window's
 // first cycle on each thread may have begun before the probes were in place,

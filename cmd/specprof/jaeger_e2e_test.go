@@ -70,12 +70,24 @@ func jaegerBinary(t *testing.T) string {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freePorts(t, 1)[0]
+}
+
+// freePorts returns n distinct free loopback ports: all stay bound until
+// every one is chosen (one by one, the kernel handed Jaeger's query and OTLP
+// receiver the same port once in CI).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // jaeger is one running Jaeger on loopback.
@@ -106,7 +118,8 @@ func (l *lockedBuffer) String() string {
 }
 
 func newJaeger(t *testing.T) *jaeger {
-	j := &jaeger{bin: jaegerBinary(t), otlpGRPC: freePort(t), otlpHTTP: freePort(t), query: freePort(t), queryGRPC: freePort(t)}
+	ports := freePorts(t, 4)
+	j := &jaeger{bin: jaegerBinary(t), otlpGRPC: ports[0], otlpHTTP: ports[1], query: ports[2], queryGRPC: ports[3]}
 	j.start(t)
 	t.Cleanup(func() {
 		j.stop()

@@ -247,11 +247,18 @@ var (
 		"Age of the report the loss counters come from: 0 when read at this scrape, more when the agent was busy and a previous one is served.", nil, nil)
 	exportDroppedDesc = prometheus.NewDesc("specprof_export_dropped_total",
 		"Items an exporter dropped on its way out (queue full, event cap), by exporter.", []string{"exporter"}, nil)
+	cyclesLeftOutDesc = prometheus.NewDesc("specprof_cycles_left_out_total",
+		"Cycles left out of the figures, per process and reason: probe_window (cut by a probe window's edge, --probe-duty), lost_records (call records lost to a full ring buffer while they were open).",
+		[]string{"pid", "reason"}, nil)
+	probeWindowsDesc = prometheus.NewDesc("specprof_probe_windows_total",
+		"Probe windows opened (--probe-duty).", nil, nil)
+	probeShareDesc = prometheus.NewDesc("specprof_probe_window_share",
+		"Share of the session's time the probes were in place (--probe-duty).", nil, nil)
 )
 
 func (r *reportCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{lossDesc, eventsDesc, processesDesc, cuptiRecordsDesc, cuptiDroppedDesc,
-		cuptiKernelsDesc, exportDroppedDesc, reportAgeDesc} {
+		cuptiKernelsDesc, exportDroppedDesc, reportAgeDesc, cyclesLeftOutDesc, probeWindowsDesc, probeShareDesc} {
 		ch <- d
 	}
 }
@@ -285,12 +292,23 @@ func (r *reportCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(eventsDesc, prometheus.CounterValue, float64(rep.Events))
 	ch <- prometheus.MustNewConstMetric(processesDesc, prometheus.GaugeValue, float64(len(rep.Processes)))
+	if pw := rep.ProbeWindows; pw != nil {
+		ch <- prometheus.MustNewConstMetric(probeWindowsDesc, prometheus.CounterValue, float64(pw.Windows))
+		ch <- prometheus.MustNewConstMetric(probeShareDesc, prometheus.GaugeValue, pw.Share)
+	}
 	for _, p := range rep.Processes {
+		var cut, lost int
+		for _, t := range p.Threads {
+			cut += t.ProbeCut
+			lost += t.LossCut
+		}
+		pid := strconv.Itoa(p.PID)
+		ch <- prometheus.MustNewConstMetric(cyclesLeftOutDesc, prometheus.CounterValue, float64(cut), pid, "probe_window")
+		ch <- prometheus.MustNewConstMetric(cyclesLeftOutDesc, prometheus.CounterValue, float64(lost), pid, "lost_records")
 		g := p.GPU
 		if g == nil {
 			continue
 		}
-		pid := strconv.Itoa(p.PID)
 		ch <- prometheus.MustNewConstMetric(cuptiRecordsDesc, prometheus.CounterValue, float64(g.Delivered), pid)
 		ch <- prometheus.MustNewConstMetric(cuptiKernelsDesc, prometheus.CounterValue, float64(g.Kernels), pid)
 		for _, d := range []struct {

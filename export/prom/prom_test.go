@@ -69,7 +69,9 @@ func lossReport() *agent.Report {
 		v.Field(i).SetUint(uint64(100 + i))
 	}
 	r.Processes = []*agent.ProcessReport{{PID: 4242, GPU: &agent.GPUStats{Kernels: 77, Delivered: 500,
-		DroppedCUPTI: 1, DroppedNoAgent: 2, DroppedBackpressure: 3, DroppedDisconnect: 4}}}
+		DroppedCUPTI: 1, DroppedNoAgent: 2, DroppedBackpressure: 3, DroppedDisconnect: 4},
+		Threads: []*agent.ThreadReport{{TID: 4242, ProbeCut: 5, LossCut: 6}, {TID: 4243, ProbeCut: 1}}}}
+	r.ProbeWindows = &agent.ProbeWindowStats{Windows: 12, Share: 0.05}
 	return r
 }
 
@@ -156,6 +158,17 @@ func TestLosses(t *testing.T) {
 		if v := series(t, fams, "specprof_cupti_dropped_total", map[string]string{"pid": "4242", "reason": reason}).GetCounter().GetValue(); v != want {
 			t.Errorf("cupti_dropped_total{reason=%s} = %g", reason, v)
 		}
+	}
+	for reason, want := range map[string]float64{"probe_window": 6, "lost_records": 6} {
+		if v := series(t, fams, "specprof_cycles_left_out_total", map[string]string{"pid": "4242", "reason": reason}).GetCounter().GetValue(); v != want {
+			t.Errorf("cycles_left_out_total{reason=%s} = %g, want %g", reason, v, want)
+		}
+	}
+	if v := series(t, fams, "specprof_probe_windows_total", nil).GetCounter().GetValue(); v != 12 {
+		t.Errorf("probe_windows_total %g", v)
+	}
+	if v := series(t, fams, "specprof_probe_window_share", nil).GetGauge().GetValue(); v != 0.05 {
+		t.Errorf("probe_window_share %g", v)
 	}
 	if v := series(t, fams, "specprof_events_total", nil).GetCounter().GetValue(); v != 12345 {
 		t.Errorf("events_total %g", v)
