@@ -66,7 +66,7 @@ type Options struct {
 	// ProbeOn and ProbePeriod, when ProbePeriod is set, attach the
 	// libraries' probes only ProbeOn out of every ProbePeriod (probe
 	// windows, probeduty.go): cycles wholly inside a window are measured,
-	// and between them no uprobe costs the target's calls. Not with GPU records (every
+	// and between them no uprobe is in place and the CPU sampler pauses. Not with GPU records (every
 	// launch's probe joins its CUPTI records).
 	ProbeOn, ProbePeriod time.Duration
 }

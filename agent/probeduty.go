@@ -12,8 +12,8 @@ import (
 // costs the target its trap whatever the program does (0.6 µs in a
 // microbenchmark on the H200 host, about 1.6 µs per launch measured in HF's
 // eager loop), so on launch-bound loops the only way to cost less is to
-// probe fewer launches. Outside the windows no uprobe is attached: calls
-// run at full speed (the CPU sampler, if on, goes on sampling at its rate).
+// probe fewer launches. Outside the windows no uprobe is attached and the CPU
+// sampler is paused: nothing of specprof's runs in the target.
 //
 // A cycle is measured only when it lies wholly inside a window: a window's
 // first cycle on each thread may have begun before the probes were in place,
@@ -62,6 +62,19 @@ type ProbeWindowStats struct {
 
 // multiProber is implemented by probes that tell how they attach.
 type multiProber interface{ UprobeMulti() bool }
+
+// samplerSwitch is implemented by probes with a CPU sampler that can pause:
+// with probe windows it samples only while the probes are in place, so that
+// between windows nothing of specprof's runs in the target.
+type samplerSwitch interface{ SetSamplerEnabled(on bool) error }
+
+func (a *Agent) switchSampler(on bool) {
+	if ss, ok := a.pr.(samplerSwitch); ok {
+		if err := ss.SetSamplerEnabled(on); err != nil {
+			a.log.Warn("CPU sampler not switched with the probe window", "err", err)
+		}
+	}
+}
 
 func newProbeWindows(on, period time.Duration) *probeWindows {
 	now := time.Now()
@@ -134,6 +147,7 @@ func (a *Agent) closeProbeWindow() {
 	k := monotonicNow()
 	a.log.Debug("probe window closing", "window", len(w.opens))
 	a.stopProbes()
+	a.switchSampler(false)
 	d := time.Since(t0)
 	a.log.Debug("probe window closed", "window", len(w.opens), "removal", d.Round(time.Microsecond))
 	a.mu.Lock()
@@ -164,6 +178,7 @@ func (a *Agent) openProbeWindow(now time.Time) {
 		w.opened = now
 	}
 	t0 := time.Now()
+	a.switchSampler(true)
 	for _, p := range a.procs {
 		if p.exited {
 			continue

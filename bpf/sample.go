@@ -112,6 +112,24 @@ func (t *Tracer) StopSampler() {
 	closeSamplers(fds)
 }
 
+// SetSamplerEnabled pauses (false) or resumes (true) a running CPU sampler
+// without closing its perf events: probe windows (agent) sample only while
+// the probes are in place. A no-op when the sampler is not running.
+func (t *Tracer) SetSamplerEnabled(on bool) error {
+	req := uint(unix.PERF_EVENT_IOC_DISABLE)
+	if on {
+		req = unix.PERF_EVENT_IOC_ENABLE
+	}
+	t.smpMu.Lock()
+	defer t.smpMu.Unlock()
+	for _, fd := range t.samplers {
+		if err := unix.IoctlSetInt(fd, req, 0); err != nil {
+			return fmt.Errorf("switch the CPU sampler (enable %v): %w", on, err)
+		}
+	}
+	return nil
+}
+
 // openSampler opens the cpu-clock event of one CPU in frequency mode,
 // attaches prog and enables it.
 func openSampler(cpu, hz, prog int) (int, error) {

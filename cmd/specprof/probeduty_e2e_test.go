@@ -40,7 +40,8 @@ func TestRunProbeWindows(t *testing.T) {
 	if err != nil {
 		t.Fatalf("specprof run: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "probes in place only in windows (--probe-duty 150ms/500ms)") {
+	if !strings.Contains(string(out), "probes in place only in windows (--probe-duty 150ms/500ms)") ||
+		!strings.Contains(string(out), "CPU samples are taken only in windows") {
 		t.Errorf("the report does not state the probe windows:\n%s", out)
 	}
 	rep := readReport(t, dir)

@@ -100,8 +100,8 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			kind = "uprobe_multi links"
 		}
 		fmt.Fprintf(w, "probes in place only in windows (--probe-duty %v/%v): %d windows, %.1f %% of the time; "+
-			"removing a window's probes (%s) took %s ms on average, at most %s ms. Only cycles wholly inside a window are measured; "+
-			"those cut by a window's edge are left out and counted per thread\n",
+			"removing a window's probes (%s) took %s ms on average, at most %s ms. Only cycles wholly inside a window are measured "+
+			"(those cut by a window's edge are left out and counted per thread), and CPU samples are taken only in windows\n",
 			time.Duration(pw.OnNs), time.Duration(pw.PeriodNs), pw.Windows, 100*pw.Share, kind,
 			ms(float64(pw.DetachMeanNs)), ms(float64(pw.DetachMaxNs)))
 	}
