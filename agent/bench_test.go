@@ -35,33 +35,7 @@ import (
 // host against the real libcuda through torch (bench/gpu/launch_cost.sh).
 func BenchmarkLaunchCost(b *testing.B) {
 	testenv.RequireRoot(b)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		b.Fatal(err)
-	}
-	backend := envOr("SPECPROF_BENCH_BACKEND", "sim")
-	python := envOr("SPECPROF_BENCH_PYTHON", "python3")
-	// SPECPROF_BENCH_PER_BATCH lengthens each measurement (400 launches per
-	// batch, 15 batches by default).
-	cmd := exec.Command(python, filepath.Join(root, "testdata/workloads/launch_bench.py"), "--backend", backend,
-		"--per-batch", envOr("SPECPROF_BENCH_PER_BATCH", "400"))
-	cmd.Env = os.Environ()
-	if backend == "sim" {
-		cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+testenv.BuildStandins(b))
-	}
-	cmd.Stderr = os.Stderr
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _, _ = io.WriteString(stdin, "quit\n"); _ = cmd.Wait() }()
-	rd := bufio.NewScanner(stdout)
-	var ready struct{ PID int }
-	if !rd.Scan() || json.Unmarshal(rd.Bytes(), &ready) != nil {
-		b.Fatalf("benchmark workload did not start: %q", rd.Text())
-	}
-	pid := ready.PID
+	pid, measure := launchBench(b, envOr("SPECPROF_BENCH_BACKEND", "sim"))
 	cuda, err := proc.FindModule(pid, proc.IsCUDADriver)
 	if err != nil {
 		b.Fatal(err)
@@ -86,14 +60,6 @@ func BenchmarkLaunchCost(b *testing.B) {
 	go func() { done <- ag.Run(ctx) }()
 	stopAgent := func() { cancel(); <-done }
 
-	measure := func(depth int) float64 {
-		fmt.Fprintf(stdin, "measure %d\n", depth)
-		var res struct{ NS []float64 }
-		if !rd.Scan() || json.Unmarshal(rd.Bytes(), &res) != nil || len(res.NS) == 0 {
-			b.Fatalf("measure: %q", rd.Text())
-		}
-		return median(res.NS)
-	}
 	// Rounds alternate the three configurations; the added costs are the
 	// medians of the per-round differences (paired: slow drifts of the host
 	// cancel), with their spread. SPECPROF_BENCH_ROUNDS raises the count on
@@ -185,6 +151,47 @@ func BenchmarkLaunchCost(b *testing.B) {
 	b.Logf("launches attributed: %v", phases)
 }
 
+// launchBench starts testdata/workloads/launch_bench.py (backend sim: on
+// the stand-in libcuda; torch: the real driver) and returns its pid and a
+// function that times its launches DEPTH Python frames below the phase
+// frame (median ns per launch over its batches). The workload quits at the
+// benchmark's end.
+func launchBench(b *testing.B, backend string) (int, func(depth int) float64) {
+	b.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// SPECPROF_BENCH_PER_BATCH lengthens each measurement (400 launches per
+	// batch, 15 batches by default).
+	cmd := exec.Command(envOr("SPECPROF_BENCH_PYTHON", "python3"), filepath.Join(root, "testdata/workloads/launch_bench.py"),
+		"--backend", backend, "--per-batch", envOr("SPECPROF_BENCH_PER_BATCH", "400"))
+	cmd.Env = os.Environ()
+	if backend == "sim" {
+		cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+testenv.BuildStandins(b))
+	}
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _, _ = io.WriteString(stdin, "quit\n"); _ = cmd.Wait() })
+	rd := bufio.NewScanner(stdout)
+	var ready struct{ PID int }
+	if !rd.Scan() || json.Unmarshal(rd.Bytes(), &ready) != nil {
+		b.Fatalf("benchmark workload did not start: %q", rd.Text())
+	}
+	return ready.PID, func(depth int) float64 {
+		fmt.Fprintf(stdin, "measure %d\n", depth)
+		var res struct{ NS []float64 }
+		if !rd.Scan() || json.Unmarshal(rd.Bytes(), &res) != nil || len(res.NS) == 0 {
+			b.Fatalf("measure: %q", rd.Text())
+		}
+		return median(res.NS)
+	}
+}
+
 // cpuTime is this process's CPU time so far (the agent runs in it).
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -214,26 +221,7 @@ func envOr(k, def string) string {
 // probe and probes; the added cost is the median of the paired differences.
 func BenchmarkLearningLaunchCost(b *testing.B) {
 	testenv.RequireRoot(b)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(envOr("SPECPROF_BENCH_PYTHON", "python3"), filepath.Join(root, "testdata/workloads/launch_bench.py"),
-		"--per-batch", envOr("SPECPROF_BENCH_PER_BATCH", "400"))
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+testenv.BuildStandins(b))
-	cmd.Stderr = os.Stderr
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _, _ = io.WriteString(stdin, "quit\n"); _ = cmd.Wait() }()
-	rd := bufio.NewScanner(stdout)
-	var ready struct{ PID int }
-	if !rd.Scan() || json.Unmarshal(rd.Bytes(), &ready) != nil {
-		b.Fatalf("benchmark workload did not start: %q", rd.Text())
-	}
-	pid := ready.PID
+	pid, measure := launchBench(b, "sim")
 	tr, err := bpf.Load()
 	if err != nil {
 		b.Fatal(err)
@@ -265,14 +253,6 @@ func BenchmarkLearningLaunchCost(b *testing.B) {
 			}
 		}
 	}()
-	measure := func(depth int) float64 {
-		fmt.Fprintf(stdin, "measure %d\n", depth)
-		var res struct{ NS []float64 }
-		if !rd.Scan() || json.Unmarshal(rd.Bytes(), &res) != nil || len(res.NS) == 0 {
-			b.Fatalf("measure: %q", rd.Text())
-		}
-		return median(res.NS)
-	}
 	rounds := 5
 	if v, err := strconv.Atoi(os.Getenv("SPECPROF_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v

@@ -1,12 +1,9 @@
 package agent
 
 import (
-	"path/filepath"
 	"testing"
 
-	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/bpf"
-	"github.com/specprof/specprof/internal/testenv"
 )
 
 // TestLostRecordsCutCycles: when a call record's LostSeq changes, records
@@ -15,14 +12,7 @@ import (
 // calls came after the loss: those cycles are left out of the figures and
 // counted, the others keep exact per-cycle counts.
 func TestLostRecordsCutCycles(t *testing.T) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	preset, err := phase.LoadRulesFile(filepath.Join(root, "testdata/workloads/cpu_phases.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	preset := cpuPhasesPreset(t)
 	a, err := New(noProbes{}, Options{Preset: preset})
 	if err != nil {
 		t.Fatal(err)

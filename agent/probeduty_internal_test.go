@@ -1,14 +1,11 @@
 package agent
 
 import (
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/bpf"
-	"github.com/specprof/specprof/internal/testenv"
 )
 
 // windowProbes records what probe windows do to the probes.
@@ -43,14 +40,7 @@ func (w *windowProbes) SetSamplerEnabled(on bool) error {
 // with a call made while the probes went out or in is cut, and so is each
 // window's first cycle; whole cycles inside a window count.
 func TestProbeWindowSchedule(t *testing.T) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	preset, err := phase.LoadRulesFile(filepath.Join(root, "testdata/workloads/cpu_phases.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	preset := cpuPhasesPreset(t)
 	pr := &windowProbes{attached: map[string]int{}}
 	a, err := New(pr, Options{Preset: preset, ProbeOn: 50 * time.Millisecond, ProbePeriod: 200 * time.Millisecond})
 	if err != nil {

@@ -28,13 +28,10 @@ func (noProbes) DetachLibraries(int)     {}
 func (noProbes) Lost() (bpf.Lost, error) { return bpf.Lost{Sample: 2}, nil }
 func (noProbes) SetDeadline(time.Time)   {}
 
-// TestSampleCycles drives the cycle rules for samples: samples inside the
-// open call of the cycle function count in its cycle; samples taken before
-// a cycle's first call (no cycle open, or its start phase coming back) wait
-// outside cycles and move into that cycle when it closes; samples outside
-// the cycle function stay outside cycles; samples without a Python stack
-// count only in the sampler's totals.
-func TestSampleCycles(t *testing.T) {
+// cpuPhasesPreset loads testdata/workloads/cpu_phases.yaml (phases
+// cpu.draft and cpu.verify inside a cycle function).
+func cpuPhasesPreset(t *testing.T) *phase.Preset {
+	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +40,17 @@ func TestSampleCycles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return preset
+}
+
+// TestSampleCycles drives the cycle rules for samples: samples inside the
+// open call of the cycle function count in its cycle; samples taken before
+// a cycle's first call (no cycle open, or its start phase coming back) wait
+// outside cycles and move into that cycle when it closes; samples outside
+// the cycle function stay outside cycles; samples without a Python stack
+// count only in the sampler's totals.
+func TestSampleCycles(t *testing.T) {
+	preset := cpuPhasesPreset(t)
 	var samples []*CPUSample
 	a, err := New(noProbes{}, Options{Preset: preset, OnSample: func(s *CPUSample) { samples = append(samples, s) }})
 	if err != nil {

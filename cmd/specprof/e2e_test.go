@@ -268,22 +268,32 @@ func TestRunAPIRecordsFromCallbacks(t *testing.T) {
 // checkReport: the main thread ran exactly `cycles` cycles, nothing was lost.
 func checkReport(t *testing.T, rep *agent.Report, cycles int) {
 	t.Helper()
+	_, main := mainThread(t, rep)
+	if main.Cycles != cycles {
+		t.Errorf("main thread: %d cycles in report, workload ran %d", main.Cycles, cycles)
+	}
+	checkNoLoss(t, rep)
+}
+
+// mainThread returns the report's one process and its main thread.
+func mainThread(t *testing.T, rep *agent.Report) (*agent.ProcessReport, *agent.ThreadReport) {
+	t.Helper()
 	if len(rep.Processes) != 1 {
 		t.Fatalf("report has %d processes, want 1", len(rep.Processes))
 	}
 	p := rep.Processes[0]
-	var main *agent.ThreadReport
 	for _, th := range p.Threads {
 		if th.TID == p.PID {
-			main = th
+			return p, th
 		}
 	}
-	if main == nil {
-		t.Fatalf("no main thread in report")
-	}
-	if main.Cycles != cycles {
-		t.Errorf("main thread: %d cycles in report, workload ran %d", main.Cycles, cycles)
-	}
+	t.Fatalf("no main thread in report")
+	return nil, nil
+}
+
+// checkNoLoss: nothing dropped on the BPF side or left unattributed.
+func checkNoLoss(t *testing.T, rep *agent.Report) {
+	t.Helper()
 	l := rep.Loss
 	if l.RingBuf+l.Scratch+l.DecodeErrors+l.ReadErrors+l.Truncated+l.SymbolErrors+l.UnmatchedExit+l.NoThreadState != 0 {
 		t.Errorf("losses: %+v", l)

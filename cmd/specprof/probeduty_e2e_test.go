@@ -49,23 +49,8 @@ func TestRunProbeWindows(t *testing.T) {
 	if pw == nil || pw.Windows < 2 || pw.Share <= 0 || pw.Share >= 1 {
 		t.Fatalf("probe windows in the report: %+v; want at least 2 windows and a share of the time below 1", pw)
 	}
-	if len(rep.Processes) != 1 {
-		t.Fatalf("report has %d processes, want 1", len(rep.Processes))
-	}
-	p := rep.Processes[0]
-	var main *agent.ThreadReport
-	for _, th := range p.Threads {
-		if th.TID == p.PID {
-			main = th
-		}
-	}
-	if main == nil {
-		t.Fatal("no main thread in the report")
-	}
-	l := rep.Loss
-	if l.RingBuf+l.Scratch+l.DecodeErrors+l.ReadErrors+l.Truncated+l.SymbolErrors+l.UnmatchedExit+l.NoThreadState != 0 {
-		t.Errorf("losses: %+v", l)
-	}
+	p, main := mainThread(t, &rep)
+	checkNoLoss(t, &rep)
 
 	// Calls: a subsequence of the workload's, each with its phase.
 	truth := readTruth(t, filepath.Join(dir, "truth.jsonl"))
