@@ -13,12 +13,14 @@ import (
 // microbenchmark on the H200 host, about 1.6 µs per launch measured in HF's
 // eager loop), so on launch-bound loops the only way to cost less is to
 // probe fewer launches. Outside the windows no uprobe is attached and the CPU
-// sampler is paused: nothing of specprof's runs in the target.
+// sampler is paused; only the process tracepoints (fork, exec, exit, openat)
+// stay, and they fire on those system calls alone.
 //
 // A cycle is measured only when it lies wholly inside a window: a window's
 // first cycle on each thread may have begun before the probes were in place,
-// and the cycle still open when they are removed is cut short; both are left
-// out and counted (ThreadReport.ProbeCut). Windows are told apart by the
+// the cycle still open when they are removed is cut short, and a cycle with a
+// call made while they went in or out may lack calls (probeEdge); all are
+// left out and counted (ThreadReport.ProbeCut). Windows are told apart by the
 // time of each event (the open time is taken before attaching), so events
 // still in the ring buffer from an earlier window are never mistaken.
 
@@ -64,8 +66,7 @@ type ProbeWindowStats struct {
 type multiProber interface{ UprobeMulti() bool }
 
 // samplerSwitch is implemented by probes with a CPU sampler that can pause:
-// with probe windows it samples only while the probes are in place, so that
-// between windows nothing of specprof's runs in the target.
+// with probe windows it samples only while the probes are in place.
 type samplerSwitch interface{ SetSamplerEnabled(on bool) error }
 
 func (a *Agent) switchSampler(on bool) {
