@@ -206,9 +206,10 @@ func (a *Agent) AttachRunning(pid int) error {
 	return nil
 }
 
-// stopProbes removes the uprobes of every traced process when the session
-// ends: the target goes on (attach) without paying for them, and the drain
-// sees an end. The report keeps each process's libraries.
+// stopProbes removes the uprobes of every traced process, when the session
+// ends (the target goes on without paying for them, and the drain sees an
+// end) and when a probe window closes. The report keeps each process's
+// libraries.
 func (a *Agent) stopProbes() {
 	a.mu.Lock()
 	pids := make([]int, 0, len(a.procs))
@@ -220,7 +221,7 @@ func (a *Agent) stopProbes() {
 	for _, pid := range pids {
 		a.pr.DetachLibraries(pid)
 	}
-	a.log.Debug("probes removed at the session's end", "processes", len(pids), "took", time.Since(t0).Round(time.Microsecond))
+	a.log.Debug("probes removed", "processes", len(pids), "took", time.Since(t0).Round(time.Microsecond))
 }
 
 // Detach removes pid's probes; AttachRunning puts them back.

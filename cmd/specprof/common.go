@@ -500,17 +500,25 @@ func (s *session) specTotal() *agent.SpecMetrics {
 	return m
 }
 
+// splitDuty reads ON/PERIOD as two durations.
+func splitDuty(v string) (on, period time.Duration, ok bool) {
+	a, b, ok := strings.Cut(v, "/")
+	if !ok {
+		return 0, 0, false
+	}
+	on, err := time.ParseDuration(a)
+	if err != nil {
+		return 0, 0, false
+	}
+	period, err = time.ParseDuration(b)
+	return on, period, err == nil
+}
+
 // parseProbeDuty reads --probe-duty ON/PERIOD. ON is at least 50 ms: a
 // window's probes take tens of milliseconds to go in and out.
 func parseProbeDuty(v string) (on, period time.Duration, err error) {
-	a, b, ok := strings.Cut(v, "/")
-	if ok {
-		on, err = time.ParseDuration(a)
-		if err == nil {
-			period, err = time.ParseDuration(b)
-		}
-	}
-	if !ok || err != nil || on < 50*time.Millisecond || period <= on || period > time.Hour {
+	on, period, ok := splitDuty(v)
+	if !ok || on < 50*time.Millisecond || period <= on || period > time.Hour {
 		return 0, 0, fmt.Errorf("--probe-duty %q: want ON/PERIOD durations with 50ms <= ON < PERIOD <= 1h, e.g. 500ms/10s", v)
 	}
 	return on, period, nil
@@ -518,14 +526,8 @@ func parseProbeDuty(v string) (on, period time.Duration, err error) {
 
 // parseDuty reads --cupti-duty ON/PERIOD (durations, whole milliseconds).
 func parseDuty(v string) (on, period time.Duration, err error) {
-	a, b, ok := strings.Cut(v, "/")
-	if ok {
-		on, err = time.ParseDuration(a)
-		if err == nil {
-			period, err = time.ParseDuration(b)
-		}
-	}
-	if !ok || err != nil || on < time.Millisecond || period < on || period > time.Hour {
+	on, period, ok := splitDuty(v)
+	if !ok || on < time.Millisecond || period < on || period > time.Hour {
 		return 0, 0, fmt.Errorf("--cupti-duty %q: want ON/PERIOD durations with 1ms <= ON <= PERIOD <= 1h, e.g. 200ms/2s", v)
 	}
 	return on, period, nil

@@ -123,3 +123,33 @@ func TestRunProbeWindows(t *testing.T) {
 	t.Logf("%d windows, %.0f %% of the time, removal %.1f ms mean; %d of %d calls seen; %d cycles measured, %d cut",
 		pw.Windows, 100*pw.Share, float64(pw.DetachMeanNs)/1e6, len(have), len(want), main.Cycles, main.ProbeCut)
 }
+
+// TestRunPerfEventUprobes: on kernels without uprobe_multi links (before
+// 6.6; forced here with SPECPROF_UPROBE_MULTI=0) the probes are perf-event
+// uprobes, and they attribute every call as well. One probe window longer
+// than the run: its first cycle is cut, the rest are whole.
+func TestRunPerfEventUprobes(t *testing.T) {
+	_, _, std, bin, root := standins(t)
+	workload := filepath.Join(root, "testdata/workloads/sglang_demo.py")
+	const cycles = 30
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "run", "-q", "--interval", "0", "--cupti", "off", "--probe-duty", "10m/20m",
+		"--events", filepath.Join(dir, "events.jsonl"), "-o", dir, "--",
+		"python3", workload, "--cycles", itoa(cycles), "--mode", "eager")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_UPROBE_MULTI=0",
+		"SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("specprof run: %v\n%s", err, out)
+	}
+	rep := readReport(t, dir)
+	if pw := rep.ProbeWindows; pw == nil || pw.UprobeMulti {
+		t.Fatalf("probe windows %+v: want perf-event uprobes", pw)
+	}
+	_, main := mainThread(t, &rep)
+	checkNoLoss(t, &rep)
+	if main.Cycles != cycles-1 || main.ProbeCut != 1 {
+		t.Errorf("main thread: %d cycles measured, %d cut; want %d and 1 (the first)", main.Cycles, main.ProbeCut, cycles-1)
+	}
+	compareCalls(t, readTruth(t, filepath.Join(dir, "truth.jsonl")), readEvents(t, filepath.Join(dir, "events.jsonl")))
+}
