@@ -112,3 +112,29 @@ func TestWindowOpenAsOf(t *testing.T) {
 		t.Errorf("closed window's stats %+v", st)
 	}
 }
+
+// TestStraddled: a launch without record made inside a closed window may
+// have run past its close only when its thread's next launch came after
+// the close (or none came); not in an open window, nor outside windows, nor
+// in a process without windows.
+func TestStraddled(t *testing.T) {
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
+	if a.straddled(1, 150, 0) {
+		t.Fatal("no windows: not straddled")
+	}
+	a.noteWindows(1, []cupti.Window{{Open: 100, Close: 200}, {Open: 400, Close: 0}})
+	cases := []struct {
+		t, next uint64
+		want    bool
+	}{
+		{190, 250, true}, {190, 0, true}, {190, 195, false}, {190, 200, false},
+		{150, 500, true}, // a long call: its thread made nothing else in the window
+		{250, 0, false},  // outside: untraced, not straddled
+		{450, 0, false},  // the open window: records still on
+	}
+	for _, c := range cases {
+		if got := a.straddled(1, c.t, c.next); got != c.want {
+			t.Errorf("launch at %d, next %d: straddled %v, want %v", c.t, c.next, got, c.want)
+		}
+	}
+}

@@ -28,6 +28,7 @@ func (a *Agent) newJoiner() error {
 		// Duty-cycled tracing records no API records outside its windows:
 		// launches made there are not lost records.
 		Untraced:    a.untraced,
+		Straddled:   a.straddled,
 		OnUnmatched: a.noteLost, // where in their windows records were lost (debug)
 		OnFinal:     a.onGPUFinal,
 		OnJoin:      a.onGPUJoin,
@@ -221,6 +222,7 @@ func (a *Agent) joinLoss() {
 	l := &a.rep.Loss
 	l.LaunchesWithoutAPI = s.UnmatchedLaunches
 	l.LaunchesUntraced = s.UntracedLaunches
+	l.LaunchesStraddled = s.StraddledLaunches
 	l.GPUUnhooked = s.GPUNoLaunch
 	l.GPUWithoutAPI = s.GPUNoAPI
 	l.GPULate = s.Late

@@ -181,11 +181,18 @@ type Loss struct {
 	// windows (--cupti-duty), when the library records no API records: not
 	// a loss, counted so that every launch is accounted for.
 	LaunchesUntraced uint64 `json:"launches_outside_gpu_windows,omitempty"`
-	GPUUnhooked      uint64 `json:"gpu_records_of_unhooked_calls"`
-	GPUWithoutAPI    uint64 `json:"gpu_records_without_api_record"`
-	GPULate          uint64 `json:"gpu_records_late"`
-	GPUDuplicates    uint64 `json:"gpu_records_duplicated"`
-	GPUPending       uint64 `json:"gpu_records_pending"`
+	// LaunchesStraddled are launches made just before a window closed that
+	// got no record because their call may have returned after the
+	// window's API records went off (the thread's next launch came after
+	// the close): their thread was preempted between the launch probe and
+	// CUPTI's entry callback. Not counted as lost; their cycles still lose
+	// their GPU figures.
+	LaunchesStraddled uint64 `json:"launches_across_gpu_window_close,omitempty"`
+	GPUUnhooked       uint64 `json:"gpu_records_of_unhooked_calls"`
+	GPUWithoutAPI     uint64 `json:"gpu_records_without_api_record"`
+	GPULate           uint64 `json:"gpu_records_late"`
+	GPUDuplicates     uint64 `json:"gpu_records_duplicated"`
+	GPUPending        uint64 `json:"gpu_records_pending"`
 	// GPUStreamInversions counts GPU records that came after a later record
 	// of their stream: their hand-over gap is left out of GPU active time.
 	GPUStreamInversions uint64 `json:"gpu_records_out_of_stream_order"`

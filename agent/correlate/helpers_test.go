@@ -52,9 +52,9 @@ func newJoiner(t testing.TB, r *rec, o Options[Key]) *Joiner[Key] {
 // checkIdentities verifies that every input is in exactly one category.
 func checkIdentities(t testing.TB, s Stats) {
 	t.Helper()
-	if got := s.MatchedLaunches + s.UnmatchedLaunches + s.UntracedLaunches + s.PendingLaunches; got != s.Launches {
-		t.Fatalf("launches %d != matched %d + unmatched %d + untraced %d + pending %d", s.Launches, s.MatchedLaunches,
-			s.UnmatchedLaunches, s.UntracedLaunches, s.PendingLaunches)
+	if got := s.MatchedLaunches + s.UnmatchedLaunches + s.UntracedLaunches + s.StraddledLaunches + s.PendingLaunches; got != s.Launches {
+		t.Fatalf("launches %d != matched %d + unmatched %d + untraced %d + straddled %d + pending %d", s.Launches, s.MatchedLaunches,
+			s.UnmatchedLaunches, s.UntracedLaunches, s.StraddledLaunches, s.PendingLaunches)
 	}
 	if got := s.MatchedAPIs + s.APINoLaunch + s.DuplicateAPIs + s.PendingAPIs; got != s.APIs {
 		t.Fatalf("apis %d != matched %d + nolaunch %d + dup %d + pending %d", s.APIs, s.MatchedAPIs, s.APINoLaunch, s.DuplicateAPIs, s.PendingAPIs)

@@ -168,6 +168,9 @@ func (j *Joiner[K]) Launch(pid, tid int, ktime uint64, key K) {
 	p := j.proc(pid)
 	ki, kg := p.keyFor(key, ktime)
 	th := p.thread(tid)
+	if n := len(th.ls); n > th.lh && th.ls[n-1].next == 0 && th.ls[n-1].t < ktime {
+		th.ls[n-1].next = ktime // the previous call returned before this one
+	}
 	// A launch made outside a duty window gets no record. Its event can come
 	// after the first records of the next window, which are not its: it
 	// takes none (it is counted untraced).
@@ -397,7 +400,7 @@ func (j *Joiner[K]) AdvanceGPU(pid int, ns uint64) {
 				if satAdd(e.t, j.h) > ns {
 					break
 				}
-				p.unmatched(pid, e.t)
+				p.unmatched(pid, e.t, e.next)
 			}
 			th.lh++
 			p.entL--
@@ -840,11 +843,15 @@ func (j *Joiner[K]) untraced(pid int, t uint64) bool {
 	return j.o.Untraced != nil && j.o.Untraced(pid, t)
 }
 
-// unmatched decides a live launch at ktime t that never got an API record.
-func (p *proc[K]) unmatched(pid int, t uint64) {
-	if p.j.untraced(pid, t) {
+// unmatched decides a live launch at ktime t that never got an API record;
+// next is the thread's next launch, 0 if none came.
+func (p *proc[K]) unmatched(pid int, t, next uint64) {
+	switch {
+	case p.j.untraced(pid, t):
 		p.j.st.UntracedLaunches++
-	} else {
+	case p.j.o.Straddled != nil && p.j.o.Straddled(pid, t, next):
+		p.j.st.StraddledLaunches++
+	default:
 		p.j.st.UnmatchedLaunches++
 		if f := p.j.o.OnUnmatched; f != nil {
 			f(pid, t)
@@ -858,7 +865,7 @@ func (p *proc[K]) evictLaunch(th *thread) bool {
 		return false
 	}
 	if e := &th.ls[th.lh]; e.key >= 0 {
-		p.unmatched(p.pid, e.t)
+		p.unmatched(p.pid, e.t, e.next)
 	}
 	p.j.st.CapEvictions++
 	th.lh++
@@ -979,7 +986,7 @@ func (p *proc[K]) flush() {
 		for i := th.lh; i < len(th.ls); i++ {
 			if th.ls[i].key >= 0 {
 				th.ls[i].key = -1
-				p.unmatched(p.pid, th.ls[i].t)
+				p.unmatched(p.pid, th.ls[i].t, th.ls[i].next)
 			}
 		}
 	}

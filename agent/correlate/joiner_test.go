@@ -709,3 +709,46 @@ func TestUntracedLaunches(t *testing.T) {
 	}
 	checkIdentities(t, s)
 }
+
+// TestStraddledLaunches: a launch without record made inside a window is
+// lost, unless its call may have run past the window's close (the thread's
+// next launch came after the close, or none came): Options.Straddled gets
+// the next launch's time, in order and out of order.
+func TestStraddledLaunches(t *testing.T) {
+	const closeAt = 1000 // the window [0, 1000]; records stop after it
+	r := newRec()
+	type q struct{ t, next uint64 }
+	var asked []q
+	j := newJoiner(t, r, Options[Key]{
+		Untraced: func(pid int, t uint64) bool { return t > closeAt },
+		Straddled: func(pid int, t, next uint64) bool {
+			asked = append(asked, q{t, next})
+			return next == 0 || next > closeAt
+		},
+	})
+	j.Launch(1, 11, 100, k1) // lost: the thread's next call came at 200, records on
+	j.Launch(1, 11, 200, k1) // joined
+	j.API(api(1, 11, 7, 195, 210))
+	j.Launch(1, 11, 950, k2) // straddled: the next launch at 1500 is past the close
+	j.Launch(1, 11, 1500, k2)
+	j.Launch(1, 12, 990, k2) // straddled: its thread made no later launch
+	j.Launch(1, 13, 700, k1) // out of order: 600 came after it (600 and 700 lost, 980 straddled)
+	j.Launch(1, 13, 980, k1)
+	j.Launch(1, 13, 600, k1)
+	j.AdvanceCPU(1, 10_000)
+	j.AdvanceGPU(1, 1_000_000)
+	s := j.Stats()
+	if s.StraddledLaunches != 3 || s.UnmatchedLaunches != 3 || s.UntracedLaunches != 1 || s.MatchedLaunches != 1 {
+		t.Errorf("%+v", s)
+	}
+	next := map[uint64]uint64{}
+	for _, a := range asked {
+		next[a.t] = a.next
+	}
+	for lt, want := range map[uint64]uint64{100: 200, 950: 1500, 990: 0, 600: 700, 700: 980, 980: 0} {
+		if got, ok := next[lt]; !ok || got != want {
+			t.Errorf("launch at %d: asked with next %d (asked %v), want %d", lt, got, ok, want)
+		}
+	}
+	checkIdentities(t, s)
+}

@@ -91,9 +91,10 @@ func satSub(a, b uint64) uint64 {
 
 // launchEnt is a pending launch; key < 0 marks a decided one (a hole).
 type launchEnt struct {
-	t   uint64
-	key int32
-	gen uint32
+	t    uint64
+	next uint64 // the thread's next launch (0: none yet): this call had returned by then
+	key  int32
+	gen  uint32
 }
 
 // API entry states in a thread's deque.
@@ -139,6 +140,12 @@ func (t *thread) insertLaunch(e launchEnt) {
 		return
 	}
 	i := t.upperLaunch(e.t)
+	if e.next == 0 {
+		e.next = t.ls[i].t
+	}
+	if p := &t.ls[max(i-1, t.lh)]; i > t.lh && (p.next == 0 || p.next > e.t) {
+		p.next = e.t
+	}
 	t.ls = append(t.ls, launchEnt{})
 	copy(t.ls[i+1:], t.ls[i:n])
 	t.ls[i] = e

@@ -164,6 +164,15 @@ type Options[K comparable] struct {
 	// called under the Joiner's caller's lock, possibly more than once per
 	// launch.
 	Untraced func(pid int, t uint64) bool
+	// Straddled, when set, says whether a launch of pid at ktime t, made
+	// inside a duty window, may still have been in its call when the
+	// window's API records went off: next is the thread's next launch (its
+	// call had returned by then), 0 if none came. A thread preempted
+	// between the launch's uprobe and CUPTI's entry callback for longer
+	// than the library's grace at a window's close returns with no record
+	// made; such a launch is counted StraddledLaunches, not lost. Called
+	// like Untraced.
+	Straddled func(pid int, t, next uint64) bool
 	// OnUnmatched, when set, is called for each launch counted
 	// UnmatchedLaunches (its record was lost), under the same lock.
 	OnUnmatched func(pid int, t uint64)
@@ -260,7 +269,7 @@ func (s *KeyStats) SpanNs() uint64 {
 // Stats counts what a Joiner saw. Every input lands in exactly one
 // category, so at any time:
 //
-//	Launches   == MatchedLaunches + UnmatchedLaunches + UntracedLaunches + PendingLaunches
+//	Launches   == MatchedLaunches + UnmatchedLaunches + UntracedLaunches + StraddledLaunches + PendingLaunches
 //	APIs       == MatchedAPIs + APINoLaunch + DuplicateAPIs + PendingAPIs
 //	GPURecords == Joined + GPUNoLaunch + GPUNoAPI + DuplicateGPU + Late + PendingGPU
 //
@@ -273,6 +282,7 @@ type Stats struct {
 	MatchedLaunches   uint64 // launches joined to an API record
 	UnmatchedLaunches uint64 // launches whose API record never came (CUPTI lost it)
 	UntracedLaunches  uint64 // launches without API record made while none were recorded (Options.Untraced)
+	StraddledLaunches uint64 // launches without API record whose call may have run past a window's close (Options.Straddled)
 	LateLaunches      uint64 // launches whose key was already finalized (their records count as Late)
 	SharedAPI         uint64 // launches inside an API record another launch had already matched
 	// PrefixSkipped counts API records whose slack before their start held

@@ -360,7 +360,8 @@ func TestCUPTIDutyGraphSwitch(t *testing.T) {
 // made outside may take a record that is not its (both happened: a window's
 // first records took launches made before it, and their own launches then
 // counted as lost). With CUPTI's API records and with the library's own
-// (SPECPROF_CUPTI_API_SOURCE=callbacks).
+// (SPECPROF_CUPTI_API_SOURCE=callbacks). A launch whose call ran past a
+// window's close (its thread preempted) is not a lost record.
 func TestCUPTIDutyShortWindows(t *testing.T) {
 	for _, src := range []string{"activity", "callbacks"} {
 		t.Run(src, func(t *testing.T) {
@@ -391,6 +392,14 @@ func TestCUPTIDutyShortWindows(t *testing.T) {
 				// The library's own counters and the windows tell a record the
 				// library dropped from one it never made.
 				t.Errorf("losses with 8 ms windows: %+v; library %+v; duty %+v", l, p.GPU, p.Duty)
+			}
+			// A launch whose thread was preempted in the call past a
+			// window's close has no record (on a loaded machine, about one
+			// in 20 runs): counted apart, and rare.
+			if l := rep.Loss.LaunchesStraddled; l > uint64(p.Duty.Windows) {
+				t.Errorf("%d launches across a window's close in %d windows: want at most one per window", l, p.Duty.Windows)
+			} else if l > 0 {
+				t.Logf("%d launches across a window's close", l)
 			}
 			checkPartlyTraced(t, p, cycles)
 		})

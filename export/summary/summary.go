@@ -189,6 +189,10 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			fmt.Fprintln(w, "  CUPTI gave several calls one correlation id, so their GPU work could not be joined; with duty-cycled tracing, leave SPECPROF_CUPTI_API_SOURCE unset (API records from CUPTI's callbacks)")
 		}
 	}
+	if l.LaunchesStraddled > 0 {
+		fmt.Fprintf(w, "GPU tracing windows: %d launches made just before a window closed had no API record: their calls may have run past the close (their thread preempted in the call); their cycles have CPU figures only\n",
+			l.LaunchesStraddled)
+	}
 	if c := r.CPU; c.Samples > 0 || l.SamplesLost > 0 {
 		fmt.Fprintf(w, "\ncpu samples %d (%s ms of CPU): %d with a Python stack, %d in the kernel; without a Python stack: %d native threads, %d unknown interpreter, %d read errors; %d stacks truncated, %d torn frames (taken mid frame push); %d lost (ring buffer full)\n",
 			c.Samples, ms(float64(c.CPUNs)), c.Python, c.Kernel, c.NoThreadState, c.NoPython, c.ReadErrors, c.Truncated, l.SampleTornFrames, l.SamplesLost)
