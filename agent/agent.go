@@ -66,9 +66,15 @@ type Options struct {
 	// ProbeOn and ProbePeriod, when ProbePeriod is set, attach the
 	// libraries' probes only ProbeOn out of every ProbePeriod (probe
 	// windows, probeduty.go): cycles wholly inside a window are measured,
-	// and between them no uprobe is in place and the CPU sampler pauses. Not with GPU records (every
-	// launch's probe joins its CUPTI records).
+	// and between them no uprobe is in place and the CPU sampler pauses.
 	ProbeOn, ProbePeriod time.Duration
+	// ProbeGPUWindows, with probe windows, is the number of duty windows
+	// the targets' CUPTI libraries trace before they stop (--cupti-windows):
+	// every launch's probe joins its CUPTI records, so the probes stay in
+	// place while any connected library still traces, and go in at once
+	// when one connects while they are out. 0: no GPU records with probe
+	// windows.
+	ProbeGPUWindows int
 }
 
 // Event is one attributed call, as handed to Options.OnEvent.

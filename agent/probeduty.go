@@ -37,6 +37,11 @@ type probeWindows struct {
 	maxDetach  time.Duration
 	start      time.Time
 	exitsCut   int64 // returns of blocking calls that began before their window
+	// held: a window stays open while a CUPTI library traces
+	// (Options.ProbeGPUWindows); heldNs is the time it did, closed spells.
+	held      bool
+	heldSince time.Time
+	heldNs    int64
 }
 
 // ProbeWindowStats describes probe windows in the report.
@@ -60,6 +65,9 @@ type ProbeWindowStats struct {
 	// their window opened or while its probes were being removed (no
 	// entry to match; not a loss).
 	SyncExitsCut int64 `json:"sync_exits_cut"`
+	// GPUHeldNs is the time the probes stayed in place past their window
+	// because a CUPTI library still traced (Options.ProbeGPUWindows).
+	GPUHeldNs int64 `json:"gpu_held_ns,omitempty"`
 }
 
 // multiProber is implemented by probes that tell how they attach.
@@ -107,18 +115,66 @@ func (a *Agent) probeEdge(p *process, k uint64) bool {
 // probesIn reports whether library probes may be attached now.
 func (a *Agent) probesIn() bool { return a.pw == nil || a.pw.open }
 
+// gpuTracing reports whether GPU records may come (Options.ProbeGPUWindows):
+// no library has connected yet (until a process initializes CUDA it makes
+// no CUDA call, so the probes cost nothing), or a connected one still
+// traces: neither detached, nor stopped, nor done with its windows. False
+// without a CUPTI receiver (GPU()). Called without a.mu.
+func (a *Agent) gpuTracing() bool {
+	a.mu.Lock()
+	h := a.gpu
+	a.mu.Unlock()
+	if h == nil || a.opts.ProbeGPUWindows <= 0 {
+		return false
+	}
+	var live []int
+	h.mu.Lock()
+	if len(h.stats) == 0 {
+		h.mu.Unlock()
+		return true
+	}
+	for c := range h.conns {
+		pid := int(c.Info().Pid)
+		if s := h.stats[pid]; s == nil || s.Detaches+s.DetachRefused+s.DutyStopped == 0 {
+			live = append(live, pid)
+		}
+	}
+	h.mu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, pid := range live {
+		if d := a.duty[pid]; d == nil || d.closed < int64(a.opts.ProbeGPUWindows) {
+			return true
+		}
+	}
+	return false
+}
+
 // probeDue returns when the next window opens or the open one closes (zero
-// without probe windows).
+// without probe windows, or while they wait on GPU tracing: the read loop's
+// poll then checks again).
 func (a *Agent) probeDue() time.Time {
 	w := a.pw
-	if w == nil {
+	if w == nil || w.held {
 		return time.Time{}
 	}
 	if w.open {
 		return w.opened.Add(w.on)
 	}
-	return w.opened.Add(w.period)
+	next := w.opened.Add(w.period)
+	if a.opts.ProbeGPUWindows > 0 {
+		// A library that connects while the probes are out traces at once:
+		// notice it soon (no probe event wakes the read loop meanwhile).
+		if soon := time.Now().Add(gpuConnectPoll); soon.Before(next) {
+			return soon
+		}
+	}
+	return next
 }
+
+// gpuConnectPoll is how often the read loop looks for a new CUPTI library
+// between probe windows (Options.ProbeGPUWindows).
+const gpuConnectPoll = 10 * time.Millisecond
 
 // probeTick opens or closes a window when it is due; it reports whether it
 // did. Called from Run's loop, without a.mu.
@@ -127,9 +183,27 @@ func (a *Agent) probeTick(now time.Time) bool {
 	if w == nil {
 		return false
 	}
+	gpu := a.gpuTracing()
+	if gpu != w.held {
+		a.log.Debug("probe windows wait on GPU tracing", "held", gpu, "window", len(w.opens), "open", w.open)
+		if !gpu {
+			w.heldNs += int64(now.Sub(w.heldSince))
+		} else {
+			w.heldSince = now
+		}
+		w.held = gpu
+	}
 	switch {
-	case w.open && !now.Before(w.opened.Add(w.on)):
+	case w.open && !gpu && !now.Before(w.opened.Add(w.on)):
 		a.closeProbeWindow()
+		return true
+	case !w.open && gpu:
+		// A library connected while the probes were out: its records need
+		// the launches' probe events. Off schedule; the next ones keep it.
+		a.openProbeWindow(now)
+		a.mu.Lock()
+		w.opened = now
+		a.mu.Unlock()
 		return true
 	case !w.open && !now.Before(w.opened.Add(w.period)):
 		a.openProbeWindow(now)
@@ -229,7 +303,11 @@ func (a *Agent) probeStats() *ProbeWindowStats {
 		return nil
 	}
 	s := &ProbeWindowStats{OnNs: int64(w.on), PeriodNs: int64(w.period), Windows: len(w.opens),
-		ProbedNs: w.openNs, DetachMaxNs: int64(w.maxDetach), UprobeMulti: a.uprobeMulti(), SyncExitsCut: w.exitsCut}
+		ProbedNs: w.openNs, DetachMaxNs: int64(w.maxDetach), UprobeMulti: a.uprobeMulti(), SyncExitsCut: w.exitsCut,
+		GPUHeldNs: w.heldNs}
+	if w.held {
+		s.GPUHeldNs += int64(time.Since(w.heldSince))
+	}
 	closed := len(w.opens)
 	if w.open {
 		s.ProbedNs += int64(time.Since(w.opened))

@@ -66,7 +66,7 @@ func (f *sessionFlags) register(c *cobra.Command) {
 		k.flags(fl)
 	}
 	fl.StringVar(&f.duty, "cupti-duty", "", "trace GPU kernels and copies only in windows, ON/PERIOD (e.g. 200ms/2s): cycles inside a window get GPU figures, the rest CPU figures only; switched by an application thread where it waits for the GPU (switching under GPU work crashed processes on the H200). CUPTI still costs each CUDA call outside the windows: on the H200 100ms/1s cost the graph loop 3.0 % against 5.0 % for tracing every kernel, but a launch-bound eager loop about as much as full tracing; there use --cupti-windows N --cupti-detach")
-	fl.StringVar(&f.probes, "probe-duty", "", "attach the CUDA/NCCL probes only in windows, ON/PERIOD (e.g. 500ms/10s): cycles wholly inside a window are measured (the first and last of each window are cut and counted), and between windows no uprobe is in place and the CPU sampler is paused. A probe costs every launch its trap (about 1.7 µs per launch in HF's eager loop on the H200), so on launch-bound loops this is the way to cost a given share of that; CPU figures only (no --cupti)")
+	fl.StringVar(&f.probes, "probe-duty", "", "attach the CUDA/NCCL probes only in windows, ON/PERIOD (e.g. 500ms/10s): cycles wholly inside a window are measured (the first and last of each window are cut and counted), and between windows no uprobe is in place and the CPU sampler is paused. A probe costs every launch its trap (about 1.7 µs per launch in HF's eager loop on the H200), so on launch-bound loops this is the way to cost a given share of that; CPU figures only, or GPU figures from the first N CUPTI windows with --cupti-duty ON/PERIOD --cupti-windows N: the probes stay in place until CUPTI has traced them (add --cupti-detach to spare the target CUPTI's cost afterwards)")
 	fl.IntVar(&f.windows, "cupti-windows", 0, "with --cupti-duty: trace at most N windows, then no more GPU records (0: no limit)")
 	fl.BoolVar(&f.detach, "cupti-detach", false, "with --cupti-windows: detach CUPTI from the target (cuptiFinalize) after the last window, for good. A subscribed CUPTI costs the target on every CUDA call even with nothing enabled; the detach makes one application thread wait for a context synchronisation and CUPTI's teardown (measured and reported). Final, because CUDA graph launches failed after CUPTI was attached again (H200, CUDA 13.0); refused in a process that has built CUDA graphs, whose launches fail after the detach (the report says so)")
 	fl.StringVar(&f.graphs, "cupti-graphs", "node", "CUDA graph launches: 'node' records every kernel of a replay; 'graph' one record per replay (first node start to last node end; CUPTI's graph-level tracing), cheaper where graphs hold many kernels, with phase GPU figures per graph instead of per kernel")
@@ -145,9 +145,9 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		if probeOn, probePeriod, err = parseProbeDuty(f.probes); err != nil {
 			return nil, err
 		}
-		if f.cupti == "on" || f.duty != "" {
+		if (f.cupti == "on" || f.duty != "") && (f.duty == "" || f.windows <= 0) {
 			// A launch made between windows would have CUPTI records and no probe event to join them to.
-			return nil, fmt.Errorf("--probe-duty with GPU records (--cupti on or --cupti-duty): not supported, GPU records are joined to every launch's probe event; use --cupti off, or --cupti-duty alone")
+			return nil, fmt.Errorf("--probe-duty with GPU records needs them to end: GPU records are joined to every launch's probe event, so the probes stay in place while CUPTI traces; give --cupti-duty ON/PERIOD --cupti-windows N (and --cupti-detach), or use --cupti off")
 		}
 	}
 	level := slog.LevelInfo
@@ -191,6 +191,9 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 	}
 	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log, CollectiveRanks: f.ranks,
 		ProbeOn: probeOn, ProbePeriod: probePeriod}
+	if probePeriod != 0 && f.duty != "" {
+		opts.ProbeGPUWindows = f.windows
+	}
 	// GPU names and UUIDs for the traces (NVML): initialized here, before
 	// tracing, as loading NVML takes a while.
 	gpus := gpuinfo.New()
@@ -267,8 +270,8 @@ func (s *session) startCUPTI() ([]string, error) {
 	default:
 		return nil, fmt.Errorf("--cupti %q: want auto, on or off", s.flags.cupti)
 	}
-	if s.flags.probes != "" {
-		s.log.Info("GPU-side records off with --probe-duty (CPU figures only)")
+	if s.flags.probes != "" && (s.flags.duty == "" || s.flags.windows <= 0) {
+		s.log.Info("GPU-side records off with --probe-duty (CPU figures only; --cupti-duty ON/PERIOD --cupti-windows N traces N windows first)")
 		return nil, nil
 	}
 	if v := os.Getenv("CUDA_INJECTION64_PATH"); v != "" {
@@ -295,8 +298,9 @@ func (s *session) startCUPTI() ([]string, error) {
 		return nil, fmt.Errorf("listen for the CUPTI library: %w", err)
 	}
 	s.rcv = rcv
+	gpu := s.ag.GPU() // before the target starts: probe windows wait for its library (agent.Options.ProbeGPUWindows)
 	go func() {
-		if err := rcv.Serve(s.ag.GPU()); err != nil {
+		if err := rcv.Serve(gpu); err != nil {
 			s.log.Error("CUPTI receiver", "err", err)
 		}
 	}()

@@ -79,7 +79,7 @@ func TestBadInput(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--cupti", "on", "--probe-duty", "500ms/5s", "--", "true")
 		wantErr(t, out, err, "--probe-duty", "--cupti off")
 		out, err = runBin(t, nil, "run", "--cupti-duty", "100ms/1s", "--probe-duty", "500ms/5s", "--", "true")
-		wantErr(t, out, err, "--probe-duty", "--cupti-duty")
+		wantErr(t, out, err, "--probe-duty", "--cupti-duty", "--cupti-windows N")
 	})
 	t.Run("--cupti-windows without --cupti-duty", func(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--cupti-windows", "3", "--", "true")

@@ -153,3 +153,62 @@ func TestRunPerfEventUprobes(t *testing.T) {
 	}
 	compareCalls(t, readTruth(t, filepath.Join(dir, "truth.jsonl")), readEvents(t, filepath.Join(dir, "events.jsonl")))
 }
+
+// TestRunProbeWindowsGPU: --probe-duty with --cupti-duty ON/PERIOD
+// --cupti-windows N --cupti-detach. Every launch's probe joins its CUPTI
+// records, so the first probe window stays open while the library traces
+// its N windows; once CUPTI has detached the probes go in and out as
+// scheduled (eBPF only). Checked: the library traced N windows and
+// detached; every launch made in them has its records and every GPU record
+// its launch (one per window edge at most: a launch whose probe fired just
+// before a window opened); cycles inside the GPU windows have GPU figures;
+// later probe windows cut cycles and leave calls unseen; the report says the
+// probes were held.
+func TestRunProbeWindowsGPU(t *testing.T) {
+	injLib, mockCupti, std, bin, root := standins(t)
+	const cycles, windows = 1500, 3
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--probe-duty", "150ms/500ms",
+		"--cupti", "on", "--cupti-lib", injLib, "--cupti-duty", "100ms/200ms", "--cupti-windows", itoa(windows), "--cupti-detach",
+		"--events", filepath.Join(dir, "events.jsonl"), "--",
+		"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", itoa(cycles), "--mode", "eager")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti,
+		"SPECPROF_SIM_TRUTH="+filepath.Join(dir, "truth.jsonl"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("specprof run: %v\n%s", err, out)
+	}
+	rep := readReport(t, dir)
+	p, main := mainThread(t, &rep)
+	checkNoLoss(t, &rep)
+	pw, g := rep.ProbeWindows, p.GPU
+	if pw == nil || g == nil || p.Duty == nil {
+		t.Fatalf("report: probe windows %+v, GPU %+v, duty %+v", pw, g, p.Duty)
+	}
+	t.Logf("probe windows %+v; GPU windows %+v; library detaches %d", *pw, *p.Duty, g.Detaches)
+	if p.Duty.Windows != windows || g.Detaches != 1 {
+		t.Errorf("library: %d GPU windows, %d detaches: want %d, then CUPTI detached", p.Duty.Windows, g.Detaches, windows)
+	}
+	if pw.GPUHeldNs <= 0 || pw.Windows < 3 || pw.Share >= 1 {
+		t.Errorf("probe windows %+v: want the first held while CUPTI traced, then more, in place part of the time", pw)
+	}
+	if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 || l.GPUUnhooked > windows {
+		t.Errorf("GPU join losses with held probe windows: %+v", l)
+	}
+	var gpuCycles int
+	for _, ph := range main.Phases {
+		gpuCycles = max(gpuCycles, ph.GPUCycles)
+	}
+	if gpuCycles < 5 || main.ProbeCut == 0 || main.Cycles >= cycles {
+		t.Errorf("main thread: %d cycles measured (at most %d with GPU figures), %d cut by probe windows, of %d: want GPU figures from the GPU windows, then probe windows",
+			main.Cycles, gpuCycles, main.ProbeCut, cycles)
+	}
+	truth := readTruth(t, filepath.Join(dir, "truth.jsonl"))
+	got := readEvents(t, filepath.Join(dir, "events.jsonl"))
+	if want, have := truth[p.PID], got[p.PID]; len(have) == 0 || len(have) > len(want)*9/10 {
+		t.Errorf("%d of the workload's %d calls seen: the probes were not out after CUPTI's windows", len(have), len(want))
+	}
+	if !strings.Contains(string(out), "the probes stayed in place") {
+		t.Errorf("the report does not say the probes were held:\n%s", out)
+	}
+}

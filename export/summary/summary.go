@@ -104,6 +104,10 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			"(those cut by a window's edge are left out and counted per thread), and CPU samples are taken only in windows\n",
 			time.Duration(pw.OnNs), time.Duration(pw.PeriodNs), pw.Windows, 100*pw.Share, kind,
 			ms(float64(pw.DetachMeanNs)), ms(float64(pw.DetachMaxNs)))
+		if pw.GPUHeldNs > 0 {
+			fmt.Fprintf(w, "  the probes stayed in place %.1f s while the CUPTI libraries traced their GPU windows (--cupti-windows): GPU figures come from those windows only\n",
+				float64(pw.GPUHeldNs)/1e9)
+		}
 	}
 	for _, p := range r.Processes {
 		fmt.Fprintf(w, "\npid %d  %s\n", p.PID, trim(p.Cmdline, 100))
