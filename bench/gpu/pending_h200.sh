@@ -424,12 +424,22 @@ s15)
   $P bench/gpu/probewin.py /tmp/ab15 --skip-s 30 | tee /tmp/ab15/probewin.md
   (cd /tmp/ab15 && tar czf "$OUT/ab15.tgz" ./table.md ./ab.json ./workload.json ./workload.stderr ./windows.txt ./probewin.md ./on-*/report.json)
   ;;
+s16)
+  # The sampled modes for launch-bound loops in the suite's HF steady state (s14's setup): eBPF in
+  # probe windows, and GPU tracing in 2 windows with the probes held, CUPTI detached, then probe
+  # windows. Each run is one specprof session of ~35 s: the agent's learning is inside it.
+  $P bench/gpu/suite.py --specprof build/specprof --cupti-lib build/libspecprof_cupti.so --python "$P" \
+    --out /tmp/hf16 --export "$OUT/hf16" --workloads hf --methods none,ebpf,ebpfwin,probedetach \
+    --reps 3 --hf-new-tokens 48 --budget-s ${S16_BUDGET_S:-530} --run-timeout-s 120 > /tmp/hf16.log 2>&1
+  echo "hf16: rc $?"
+  grep -A8 "^| method" /tmp/hf16/table.md | head -10
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|guard" >&2
   exit 2
   ;;
 esac

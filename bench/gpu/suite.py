@@ -68,9 +68,14 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # (SPECPROF_CUPTI_SUBSCRIBE=0): what the subscription costs a fully traced run.
 # fullcb, dutycb: (c) and (c4) with the API records made by the library in CUPTI's callbacks
 # (SPECPROF_CUPTI_API_SOURCE=callbacks) instead of CUPTI's API activity kinds.
+# ebpfwin: (b) with the probes in place only in windows (--probe-duty). probedetach: the sampled
+# mode for launch-bound loops: the probes held while CUPTI traces a few windows, CUPTI then
+# detached, and the probes in windows from then on.
 EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean", "fullev",
                  "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
-                 "fullcb", "dutycb"]
+                 "fullcb", "dutycb", "ebpfwin", "probedetach"]
+# The probe windows of ebpfwin and probedetach: a 2.5 % share, what 0.5 % on HF needs (h200.md §18d).
+PROBE_DUTY = "250ms/10s"
 LABEL = {
     "none": "(a) none",
     "ebpf": "(b) specprof eBPF only",
@@ -96,6 +101,8 @@ LABEL = {
     "fullnosub": "(c15) as (c), CUPTI's activity API without its callbacks (SPECPROF_CUPTI_SUBSCRIBE=0)",
     "fullcb": "(c16) as (c), API records made in CUPTI's callbacks (SPECPROF_CUPTI_API_SOURCE=callbacks)",
     "dutycb": "(c17) as (c4), API records made in CUPTI's callbacks",
+    "ebpfwin": "(b3) specprof eBPF only, probes in windows (--probe-duty %s)" % PROBE_DUTY,
+    "probedetach": "(c18) GPU tracing in 2 windows (probes held), CUPTI detached, then probes in windows (--probe-duty %s)" % PROBE_DUTY,
     "calib": "calibration",
 }
 TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-profiler",
@@ -103,14 +110,15 @@ TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-pr
           "fullduty": "none", "fullgraph": "none", "fulldutylong": "none", "fullidle": "none", "ebpflean": "none",
           "fullev": "cuda-events", "idlenoov": "none", "idleoff": "none", "dutynoov": "none",
           "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none", "fullnosub": "none",
-          "fullcb": "none", "dutycb": "none"}
+          "fullcb": "none", "dutycb": "none", "ebpfwin": "none", "probedetach": "none"}
 CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "fullev",
                  "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
-                 "fullcb", "dutycb")
+                 "fullcb", "dutycb", "probedetach")
 # Methods that trace the GPU 1 ms a minute, or not at all: no GPU figures expected.
 IDLE_METHODS = ("fullidle", "idlenoov", "idleoff", "idledetach")
-DETACH_METHODS = ("fulldetach", "fulldetachlong", "idledetach")
-SPECPROF_METHODS = ("ebpf", "ebpflean") + CUPTI_METHODS
+DETACH_METHODS = ("fulldetach", "fulldetachlong", "idledetach", "probedetach")
+PROBE_METHODS = ("ebpfwin", "probedetach")
+SPECPROF_METHODS = ("ebpf", "ebpflean", "ebpfwin") + CUPTI_METHODS
 WORKLOADS = ["hf", "eagle-graph", "eagle-eager"]
 # The windows of (c4): a cycle has GPU figures only when it lies wholly inside one, so a window
 # spans several cycles (HF's are about 110 ms on the H200; 100 ms windows traced 2-4 of 91, §16b).
@@ -125,12 +133,12 @@ DESCRIPTION = {
 PHASE_ORDER = ["spec.draft", "spec.verify", "spec.accept", "spec.draft_extend", "spec.kv_rollback",
                "spec.strategy", "spec.cycle_other"]
 # Report loss counters that are not lost records.
-NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows")
+NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows", "launches_across_gpu_window_close")
 # Seconds a run is expected to take before one was seen (budget planning).
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
 EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0, "fullev": 10.0, "idlenoov": 10.0, "idleoff": 10.0, "dutynoov": 10.0,
              "fulldetach": 10.0, "fulldetachlong": 10.0, "idledetach": 10.0, "fullnosub": 10.0,
-             "fullcb": 10.0, "dutycb": 10.0,
+             "fullcb": 10.0, "dutycb": 10.0, "ebpfwin": 5.0, "probedetach": 10.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
@@ -329,9 +337,13 @@ def specprof_cmd(a, method, w, outdir, inner):
         cmd += ["--cupti-graphs", "graph"]
     if method in ("fulldutylong", "fulldetachlong"):
         cmd += ["--cupti-duty", "500ms/5s"]
+    if method == "probedetach":
+        cmd += ["--cupti-duty", "500ms/2s"]
     if method in DETACH_METHODS:
-        cmd += ["--cupti-windows", {"fulldetach": "6", "fulldetachlong": "2", "idledetach": "1"}[method],
+        cmd += ["--cupti-windows", {"fulldetach": "6", "fulldetachlong": "2", "idledetach": "1", "probedetach": "2"}[method],
                 "--cupti-detach"]
+    if method in PROBE_METHODS:
+        cmd += ["--probe-duty", PROBE_DUTY]
     if method in CUPTI_METHODS and a.cupti_lib:
         cmd += ["--cupti-lib", a.cupti_lib]
     cmd += shlex.split(a.specprof_args)
@@ -564,7 +576,7 @@ def phase_metrics(method, res, report):
     """{phase: {metric: ms}} that this method reports."""
     out = {}
     if method in SPECPROF_METHODS and report:
-        keys = ("cpu_span", "sync_wait", "cpu_sampled") if method in ("ebpf", "ebpflean") else \
+        keys = ("cpu_span", "sync_wait", "cpu_sampled") if method in ("ebpf", "ebpflean", "ebpfwin") else \
             ("gpu_span", "gpu_busy", "gpu_kernel", "gpu_active", "gpu_elapsed_sp", "gpu_host_gap", "cpu_span", "cpu_sampled")
         for name, d in (report.get("phases") or {}).items():
             m = {k: d[k] for k in keys if k in d}

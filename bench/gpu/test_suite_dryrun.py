@@ -234,6 +234,24 @@ class TestDriver(DryRunBase):
         self.assertIn("| (c12) as (c4), 6 windows, then CUPTI detached (--cupti-windows 6 --cupti-detach) | 1 / 1 |",
                       self.table())
 
+    def test_probe_window_methods(self):
+        """(b3), (c18): the probes in windows; with GPU records, held while CUPTI traces 2 windows."""
+        r = self.suite("--workloads", "hf", "--methods", "none,ebpfwin,probedetach", "--reps", "1")
+        self.assertEqual(r.returncode, 0, self.last_output)
+        runs = {x["method"]: x for x in self.rows() if x["method"] != "calib"}
+        self.assertEqual(sorted(runs), sorted(["none", "ebpfwin", "probedetach"]))
+        for m, want, not_want in (("ebpfwin", ["--probe-duty 250ms/10s", "--cupti off"], ["--cupti-duty"]),
+                                  ("probedetach", ["--probe-duty 250ms/10s", "--cupti on", "--cupti-duty 500ms/2s",
+                                                   "--cupti-windows 2", "--cupti-detach"], [])):
+            self.assertEqual(runs[m]["status"], "ok", (m, runs[m]["error"]))
+            with open(os.path.join(self.out, "runs", runs[m]["run_id"], "cmd.txt")) as f:
+                cmd = f.read()
+            for w in want:
+                self.assertIn(w, cmd)
+            for w in not_want:
+                self.assertNotIn(w, cmd)
+        self.assertIn("| (b3) specprof eBPF only, probes in windows (--probe-duty 250ms/10s) | 1 / 1 |", self.table())
+
     def test_pin(self):
         """--pin: the workload on one core, specprof on the others (taskset around each)."""
         cpus = sorted(os.sched_getaffinity(0))
