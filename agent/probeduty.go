@@ -65,8 +65,9 @@ type ProbeWindowStats struct {
 	// their window opened or while its probes were being removed (no
 	// entry to match; not a loss).
 	SyncExitsCut int64 `json:"sync_exits_cut"`
-	// GPUHeldNs is the time the probes stayed in place past their window
-	// because a CUPTI library still traced (Options.ProbeGPUWindows).
+	// GPUHeldNs is the time GPU records could come (a CUPTI library was
+	// awaited or traced), during which the probes stayed in place whatever
+	// the schedule (Options.ProbeGPUWindows).
 	GPUHeldNs int64 `json:"gpu_held_ns,omitempty"`
 }
 
@@ -186,12 +187,14 @@ func (a *Agent) probeTick(now time.Time) bool {
 	gpu := a.gpuTracing()
 	if gpu != w.held {
 		a.log.Debug("probe windows wait on GPU tracing", "held", gpu, "window", len(w.opens), "open", w.open)
+		a.mu.Lock() // probeStats reads these
 		if !gpu {
 			w.heldNs += int64(now.Sub(w.heldSince))
 		} else {
 			w.heldSince = now
 		}
 		w.held = gpu
+		a.mu.Unlock()
 	}
 	switch {
 	case w.open && !gpu && !now.Before(w.opened.Add(w.on)):

@@ -120,6 +120,9 @@
 #              250ms/10s windows, attached 60 s / away 20 s in turn for 400 s around one HF process,
 #              split by bench/gpu/probewin.py (about 8 minutes); also the first one with the cheaper
 #              learning phase (§18e).
+#   s16        (issue 6) prepared in session 15: the sampled modes in the suite's HF steady state,
+#              3 reps: none, ebpf, ebpfwin (--probe-duty 250ms/10s) and probedetach (2 GPU windows
+#              with the probes held, CUPTI detached, then the probe windows); about 9 minutes.
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -428,10 +431,8 @@ s16)
   # The sampled modes for launch-bound loops in the suite's HF steady state (s14's setup): eBPF in
   # probe windows, and GPU tracing in 2 windows with the probes held, CUPTI detached, then probe
   # windows. Each run is one specprof session of ~35 s: the agent's learning is inside it.
-  $P bench/gpu/suite.py --specprof build/specprof --cupti-lib build/libspecprof_cupti.so --python "$P" \
-    --out /tmp/hf16 --export "$OUT/hf16" --workloads hf --methods none,ebpf,ebpfwin,probedetach \
-    --reps 3 --hf-new-tokens 48 --budget-s ${S16_BUDGET_S:-530} --run-timeout-s 120 > /tmp/hf16.log 2>&1
-  echo "hf16: rc $?"
+  suite hf16 --export "$OUT/hf16" --workloads hf --methods none,ebpf,ebpfwin,probedetach \
+    --reps 3 --hf-new-tokens 48 --budget-s ${S16_BUDGET_S:-530} --run-timeout-s 120
   grep -A8 "^| method" /tmp/hf16/table.md | head -10
   ;;
 guard)
