@@ -41,20 +41,8 @@ func BenchmarkLaunchCost(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	tr, err := bpf.Load()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tr.Close()
-	preset, err := phase.LoadPreset("sglang-eagle")
-	if err != nil {
-		b.Fatal(err)
-	}
 	var phases = map[string]int{}
-	ag, err := agent.New(tr, agent.Options{Preset: preset, OnEvent: func(e *agent.Event) { phases[e.Phase]++ }})
-	if err != nil {
-		b.Fatal(err)
-	}
+	tr, ag := newBenchAgent(b, func(e *agent.Event) { phases[e.Phase]++ })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ag.Run(ctx) }()
@@ -222,19 +210,7 @@ func envOr(k, def string) string {
 func BenchmarkLearningLaunchCost(b *testing.B) {
 	testenv.RequireRoot(b)
 	pid, measure := launchBench(b, "sim")
-	tr, err := bpf.Load()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tr.Close()
-	preset, err := phase.LoadPreset("sglang-eagle")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ag, err := agent.New(tr, agent.Options{Preset: preset})
-	if err != nil {
-		b.Fatal(err)
-	}
+	tr, ag := newBenchAgent(b, nil)
 	// Drain without classifying: every stack stays unknown.
 	var records, unknown int
 	done := make(chan struct{})
@@ -285,4 +261,24 @@ func BenchmarkLearningLaunchCost(b *testing.B) {
 	}
 	lost, _ := tr.Lost()
 	b.Logf("%d records, all with their stack; %d lost to a full ring buffer", records, lost.RingBuf)
+}
+
+// newBenchAgent loads the BPF tracer (closed when b ends) and an agent on
+// it with the sglang-eagle preset.
+func newBenchAgent(b *testing.B, onEvent func(*agent.Event)) (*bpf.Tracer, *agent.Agent) {
+	b.Helper()
+	tr, err := bpf.Load()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { tr.Close() })
+	preset, err := phase.LoadPreset("sglang-eagle")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ag, err := agent.New(tr, agent.Options{Preset: preset, OnEvent: onEvent})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tr, ag
 }

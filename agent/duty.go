@@ -127,8 +127,9 @@ func (a *Agent) untraced(pid int, t uint64) bool { return !a.traced(pid, t, t) }
 // closed: the window has closed and the thread's next launch (next; 0: none)
 // came after the close. The library waits for the calls in progress before
 // it stops the API records, but a call whose thread was preempted between
-// the launch probe and CUPTI's entry callback is not in progress yet; seen
-// on a loaded 2-core machine (1 launch in about 20 runs of 45,000).
+// the launch probe and CUPTI's entry callback is not in progress yet (the
+// likely cause of 1 launch in 20-40 runs of 45,000 on a loaded 2-core
+// machine).
 func (a *Agent) straddled(pid int, t, next uint64) bool {
 	d := a.duty[pid]
 	if d == nil {

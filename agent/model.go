@@ -184,9 +184,9 @@ type Loss struct {
 	// LaunchesStraddled are launches made just before a window closed that
 	// got no record because their call may have returned after the
 	// window's API records went off (the thread's next launch came after
-	// the close): their thread was preempted between the launch probe and
-	// CUPTI's entry callback. Not counted as lost; their cycles still lose
-	// their GPU figures.
+	// the close), most likely because their thread was preempted between
+	// the launch probe and CUPTI's entry callback. Not counted as lost;
+	// their cycles still lose their GPU figures.
 	LaunchesStraddled uint64 `json:"launches_across_gpu_window_close,omitempty"`
 	GPUUnhooked       uint64 `json:"gpu_records_of_unhooked_calls"`
 	GPUWithoutAPI     uint64 `json:"gpu_records_without_api_record"`

@@ -122,10 +122,13 @@ func (a *Agent) probesIn() bool { return a.pw == nil || a.pw.open }
 // traces: neither detached, nor stopped, nor done with its windows. False
 // without a CUPTI receiver (GPU()). Called without a.mu.
 func (a *Agent) gpuTracing() bool {
+	if a.opts.ProbeGPUWindows <= 0 { // checked every 64 events: no locks unless asked for
+		return false
+	}
 	a.mu.Lock()
 	h := a.gpu
 	a.mu.Unlock()
-	if h == nil || a.opts.ProbeGPUWindows <= 0 {
+	if h == nil {
 		return false
 	}
 	var live []int

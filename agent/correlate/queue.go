@@ -140,11 +140,14 @@ func (t *thread) insertLaunch(e launchEnt) {
 		return
 	}
 	i := t.upperLaunch(e.t)
+	// Out of order: the launches on either side bound each other's next.
 	if e.next == 0 {
 		e.next = t.ls[i].t
 	}
-	if p := &t.ls[max(i-1, t.lh)]; i > t.lh && (p.next == 0 || p.next > e.t) {
-		p.next = e.t
+	if i > t.lh {
+		if p := &t.ls[i-1]; p.next == 0 || p.next > e.t {
+			p.next = e.t
+		}
 	}
 	t.ls = append(t.ls, launchEnt{})
 	copy(t.ls[i+1:], t.ls[i:n])

@@ -194,7 +194,7 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 		}
 	}
 	if l.LaunchesStraddled > 0 {
-		fmt.Fprintf(w, "GPU tracing windows: %d launches made just before a window closed had no API record: their calls may have run past the close (their thread preempted in the call); their cycles have CPU figures only\n",
+		fmt.Fprintf(w, "GPU tracing windows: %d launches made just before a window closed had no API record: their calls may have run past the close (their thread likely preempted in the call); their cycles have CPU figures only\n",
 			l.LaunchesStraddled)
 	}
 	if c := r.CPU; c.Samples > 0 || l.SamplesLost > 0 {
