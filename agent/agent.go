@@ -304,6 +304,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.pr.SetDeadline(dl)
 				set = now
 				a.flushQuiet(now)
+				a.requestWindows()
 			}
 		}
 		ev, err := a.pr.Read()

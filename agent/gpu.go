@@ -34,9 +34,13 @@ type GPUStats struct {
 	Detaches      uint64 `json:"lib_cupti_detaches,omitempty"`
 	DetachStallNs uint64 `json:"lib_detach_stall_ns,omitempty"`
 	// DetachRefused is 1 when a detach was due but the process had built
-	// CUDA graphs under CUPTI, whose launches fail after a detach: CUPTI
-	// stayed attached, with nothing enabled.
+	// CUDA graphs under CUPTI, whose launches fail after cuptiFinalize: it
+	// was not finalized. DetachQuiet says what was done instead: 1 every
+	// CUPTI callback turned off, 2 and unsubscribed
+	// (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe); 0 CUPTI stayed attached as
+	// it was.
 	DetachRefused uint64 `json:"lib_cupti_detach_refused,omitempty"`
+	DetachQuiet   uint64 `json:"lib_cupti_detach_quiet,omitempty"`
 	// GPUSwitches counts the switches of CUPTI's GPU activity kinds (on at
 	// a connection or a window, off after it), each made by an application
 	// thread in a CUDA call's exit callback, and the time those threads
@@ -89,9 +93,11 @@ type GPUHandler struct {
 }
 
 // connQuiet is when a connection last moved its process's GPU watermark
-// (records, or a flush's answer), and when the agent last asked it to flush.
+// (records, or a flush's answer), when the agent last asked it to flush, and
+// the end of the last cycle it was told of (requestWindows).
 type connQuiet struct {
 	moved, asked time.Time
+	cycleTold    uint64
 }
 
 // quietFlushAfter is how long a connection may move nothing before the agent
@@ -196,6 +202,7 @@ func (h *GPUHandler) Records(c *cupti.Conn, b *cupti.Batch) {
 		s.Detaches, s.DetachStallNs, s.DetachRefused = st.Detaches, st.DetachStallNs, st.DetachRefused
 		s.GPUSwitches, s.GPUSwitchNs, s.GPUSwitchMaxNs = st.GpuSwitches, st.GpuSwitchNs, st.GpuSwitchMaxNs
 		s.DutyStopped = st.DutyStopped
+		s.DetachQuiet = st.DetachQuiet
 	}
 }
 
@@ -244,6 +251,47 @@ func (a *Agent) flushQuiet(now time.Time) {
 	for _, c := range ask { // outside the locks: the answer comes through Records
 		err := c.Flush()
 		a.log.Debug("asking a quiet process's library to flush", "pid", c.Info().Pid, "at", monotonicNow(), "err", err)
+	}
+}
+
+// requestWindows tells the libraries of processes that closed a cycle since
+// they were last told that decode cycles run now (cupti.Conn.RequestWindow):
+// a library whose duty windows wait for cycles (--cupti-duty-start cycles)
+// opens its next window then, and not during loading, warm-up or while a
+// server waits for requests. The library paces the windows (one per period
+// at most), so telling it once per agent tick is enough.
+func (a *Agent) requestWindows() {
+	h := a.gpu
+	if h == nil {
+		return
+	}
+	a.mu.Lock()
+	var ended map[int]uint64
+	for pid, p := range a.procs {
+		if p.lastCycleEnd != 0 {
+			if ended == nil {
+				ended = map[int]uint64{}
+			}
+			ended[pid] = p.lastCycleEnd
+		}
+	}
+	a.mu.Unlock()
+	if ended == nil {
+		return
+	}
+	var tell []*cupti.Conn
+	h.mu.Lock()
+	for c, q := range h.conns {
+		if e := ended[int(c.Info().Pid)]; e > q.cycleTold {
+			q.cycleTold = e
+			tell = append(tell, c)
+		}
+	}
+	h.mu.Unlock()
+	for _, c := range tell { // outside the locks, as flushQuiet
+		if err := c.RequestWindow(); err != nil {
+			a.log.Debug("telling a library that cycles run", "pid", c.Info().Pid, "err", err)
+		}
 	}
 }
 

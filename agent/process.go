@@ -42,6 +42,9 @@ type process struct {
 	rank        int
 	collectives bool // made NCCL calls
 	devices     []gpuinfo.Device
+	// lastCycleEnd is the last call of the last cycle closed (any thread;
+	// CLOCK_MONOTONIC ns): cycles run (requestWindows).
+	lastCycleEnd uint64
 }
 
 func (p *process) problem(s string) {
@@ -526,6 +529,9 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 		return
 	}
 	t.inCycle = false
+	if t.cycleLast > p.lastCycleEnd {
+		p.lastCycleEnd = t.cycleLast
+	}
 	cc := &closedCycle{no: t.cycleNo, spanNs: int64(t.cycleLast - t.cycleFirst), phases: map[uint16]*PhaseStats{},
 		first: t.cycleFirst, last: t.cycleLast, cut: t.cutCur, lossCut: t.lossCur}
 	t.cutCur, t.lossCur = false, false

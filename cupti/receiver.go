@@ -93,6 +93,19 @@ func (c *Conn) Flush() error {
 	return nil
 }
 
+// RequestWindow tells the library that its process is running decode cycles now: a library
+// whose duty windows wait for that (SPECPROF_CUPTI_DUTY_START=cycles) opens its next window, no
+// sooner than a period after the last one opened; others ignore it.
+func (c *Conn) RequestWindow() error {
+	if err := c.nc.SetWriteDeadline(time.Now().Add(time.Second)); err != nil {
+		return fmt.Errorf("asking connection %d for a tracing window: %w", c.id, err)
+	}
+	if _, err := c.nc.Write([]byte{cmdWindow}); err != nil {
+		return fmt.Errorf("asking connection %d for a tracing window: %w", c.id, err)
+	}
+	return nil
+}
+
 // Receiver accepts library connections on a unix socket.
 type Receiver struct {
 	ln   *net.UnixListener

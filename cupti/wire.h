@@ -15,7 +15,9 @@
  *
  * The agent may write one-byte commands on the same socket: SPW_CMD_FLUSH asks the library to
  * flush CUPTI's buffers and answer with a STATS record flagged SPW_FLAG_FLUSH_ACK once everything
- * CUPTI handed over has been written.
+ * CUPTI handed over has been written. SPW_CMD_WINDOW says that the process is running decode
+ * cycles now: a library whose duty windows wait for that (SPECPROF_CUPTI_DUTY_START=cycles) opens its
+ * next window, no sooner than a period after the last one opened; others ignore it.
  *
  * Field names are camelCase with ID/TID capitalised so the generated Go fields read naturally.
  */
@@ -54,7 +56,7 @@ enum spw_flag {
 };
 
 /* Commands from the agent (single bytes). */
-enum spw_cmd { SPW_CMD_FLUSH = 'F' };
+enum spw_cmd { SPW_CMD_FLUSH = 'F', SPW_CMD_WINDOW = 'W' };
 
 /* spw_hello.clockSource */
 enum spw_clock {
@@ -232,7 +234,7 @@ struct spw_stats {
     uint64_t detaches;          /* cuptiFinalize completed: 0 or 1 (the detach is final) */
     uint64_t detachStallNs;     /* its time: what the application thread that ran it waited */
     uint64_t detachRefused;     /* 1: a detach was due, but the process had built CUDA graphs under
-                                   CUPTI, whose launches fail after cuptiFinalize: CUPTI stays attached */
+                                   CUPTI, whose launches fail after cuptiFinalize: not finalized */
     /* The GPU activity kinds are switched on by application threads, in a driver call's exit callback
      * (never from the sender while a graph launch may be in progress): */
     uint64_t gpuSwitches;       /* switches applied (on or off; per window, connection, disconnection) */
@@ -240,6 +242,8 @@ struct spw_stats {
     uint64_t gpuSwitchMaxNs;    /* and the longest one */
     uint64_t dutyStopped;       /* 1: duty-cycled windows stopped once the process had built CUDA graphs
                                    (switching CUPTI's tracing crashed graph processes on the H200) */
+    uint64_t detachQuiet;       /* with detachRefused: instead of the finalize, every CUPTI callback went
+                                   off (1), and the subscription too (2, SPECPROF_CUPTI_GRAPH_DETACH) */
 };
 
 #endif /* SPECPROF_CUPTI_WIRE_H */

@@ -103,6 +103,7 @@ const (
 	MaxRecordLen = C.SPW_MAX_RECORD
 	MaxNameLen   = C.SPW_MAX_NAME
 	cmdFlush     = C.SPW_CMD_FLUSH
+	cmdWindow    = C.SPW_CMD_WINDOW
 )
 
 // Payload sizes in bytes (header excluded).

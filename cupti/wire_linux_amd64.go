@@ -153,6 +153,7 @@ type LibStats struct {
 	GpuSwitchNs         uint64
 	GpuSwitchMaxNs      uint64
 	DutyStopped         uint64
+	DetachQuiet         uint64
 }
 
 // Window is a window of GPU activity tracing (duty-cycled tracing): GPU records exist only for
@@ -228,6 +229,7 @@ const (
 	MaxRecordLen = 0x10000
 	MaxNameLen   = 0x4000
 	cmdFlush     = 0x46
+	cmdWindow    = 0x57
 )
 
 // Payload sizes in bytes (header excluded).
@@ -242,7 +244,7 @@ const (
 	SizeofGraphNode = 0x30
 	SizeofName      = 0x8
 	SizeofOverhead  = 0x28
-	SizeofStats     = 0x98
+	SizeofStats     = 0xa0
 	SizeofWindow    = 0x18
 	SizeofGraphExec = 0x28
 )

@@ -123,6 +123,13 @@
 #   s16        (issue 6) prepared in session 15: the sampled modes in the suite's HF steady state,
 #              3 reps: none, ebpf, ebpfwin (--probe-duty 250ms/10s) and probedetach (2 GPU windows
 #              with the probes held, CUPTI detached, then the probe windows); about 9 minutes.
+#   s17        (issue 6) session 16: the detach of a graph process without cuptiFinalize (which breaks its
+#              graphs, §11a): 3 duty windows, then every CUPTI callback off (graphquiet) or also
+#              unsubscribed (graphunsub), against none / ebpf / fullduty on the graph loop, 3 reps (about
+#              7 minutes). Do the graph launches survive, and does the cost fall to eBPF's?
+#   s18        (issue 6) session 16: the cells still empty or marked noise: HF in steady state with (e) v3,
+#              (f) v4 and (g) CUDA events against none, 2 reps; the eager loop with eBPF in probe windows
+#              (ebpfwin) and the sampled mode (probedetach), 3 reps (about 9 minutes).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -435,12 +442,26 @@ s16)
     --reps 3 --hf-new-tokens 48 --budget-s ${S16_BUDGET_S:-530} --run-timeout-s 120
   grep -A8 "^| method" /tmp/hf16/table.md | head -10
   ;;
+s17)
+  suite graph17 --export "$OUT/graph17" --workloads eagle-graph --methods none,ebpf,fullduty,graphquiet,graphunsub \
+    --eagle-cycles 6000 --reps 3 --budget-s ${S17_BUDGET_S:-450} --run-timeout-s 45
+  grep -A8 "^| method" /tmp/graph17/table.md | head -10
+  grep -h "not finalized\|specprof-cupti" /tmp/graph17/table.md /tmp/graph17/runs/*/stderr* 2>/dev/null | sort | uniq -c | head
+  ;;
+s18)
+  suite hf18 --export "$OUT/hf18" --workloads hf --methods none,v3,v4,cudaev \
+    --reps 2 --hf-new-tokens 48 --budget-s ${S18_HF_BUDGET_S:-300} --run-timeout-s 120
+  grep -A7 "^| method" /tmp/hf18/table.md | head -8
+  suite eager18 --export "$OUT/eager18" --workloads eagle-eager --methods none,ebpf,ebpfwin,probedetach \
+    --reps 3 --budget-s ${S18_EAGER_BUDGET_S:-200} --run-timeout-s 60
+  grep -A7 "^| method" /tmp/eager18/table.md | head -8
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|s17|s18|guard" >&2
   exit 2
   ;;
 esac

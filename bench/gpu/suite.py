@@ -71,9 +71,12 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # ebpfwin: (b) with the probes in place only in windows (--probe-duty). probedetach: the sampled
 # mode for launch-bound loops: the probes held while CUPTI traces a few windows, CUPTI then
 # detached, and the probes in windows from then on.
+# graphquiet, graphunsub: 3 windows of (c4), then the detach of a process that built CUDA graphs (not
+# finalized, h200.md §11): every CUPTI callback off, and (graphunsub) the subscription dropped too
+# (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe).
 EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean", "fullev",
                  "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
-                 "fullcb", "dutycb", "ebpfwin", "probedetach"]
+                 "fullcb", "dutycb", "ebpfwin", "probedetach", "graphquiet", "graphunsub"]
 # The probe windows of ebpfwin and probedetach: a 2.5 % share, what 0.5 % on HF needs (h200.md §18d).
 PROBE_DUTY = "250ms/10s"
 LABEL = {
@@ -103,6 +106,8 @@ LABEL = {
     "dutycb": "(c17) as (c4), API records made in CUPTI's callbacks",
     "ebpfwin": "(b3) specprof eBPF only, probes in windows (--probe-duty %s)" % PROBE_DUTY,
     "probedetach": "(c18) GPU tracing in 2 windows (probes held), CUPTI detached, then probes in windows (--probe-duty %s)" % PROBE_DUTY,
+    "graphquiet": "(c19) as (c4), 3 windows, then CUPTI's callbacks off, not finalized (--cupti-windows 3 --cupti-detach)",
+    "graphunsub": "(c20) as (c19), and CUPTI unsubscribed (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe)",
     "calib": "calibration",
 }
 TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-profiler",
@@ -110,13 +115,14 @@ TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-pr
           "fullduty": "none", "fullgraph": "none", "fulldutylong": "none", "fullidle": "none", "ebpflean": "none",
           "fullev": "cuda-events", "idlenoov": "none", "idleoff": "none", "dutynoov": "none",
           "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none", "fullnosub": "none",
-          "fullcb": "none", "dutycb": "none", "ebpfwin": "none", "probedetach": "none"}
+          "fullcb": "none", "dutycb": "none", "ebpfwin": "none", "probedetach": "none",
+          "graphquiet": "none", "graphunsub": "none"}
 CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "fullev",
                  "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
-                 "fullcb", "dutycb", "probedetach")
+                 "fullcb", "dutycb", "probedetach", "graphquiet", "graphunsub")
 # Methods that trace the GPU 1 ms a minute, or not at all: no GPU figures expected.
 IDLE_METHODS = ("fullidle", "idlenoov", "idleoff", "idledetach")
-DETACH_METHODS = ("fulldetach", "fulldetachlong", "idledetach", "probedetach")
+DETACH_METHODS = ("fulldetach", "fulldetachlong", "idledetach", "probedetach", "graphquiet", "graphunsub")
 PROBE_METHODS = ("ebpfwin", "probedetach")
 SPECPROF_METHODS = ("ebpf", "ebpflean", "ebpfwin") + CUPTI_METHODS
 WORKLOADS = ["hf", "eagle-graph", "eagle-eager"]
@@ -138,7 +144,7 @@ NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows", "la
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
 EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0, "fullev": 10.0, "idlenoov": 10.0, "idleoff": 10.0, "dutynoov": 10.0,
              "fulldetach": 10.0, "fulldetachlong": 10.0, "idledetach": 10.0, "fullnosub": 10.0,
-             "fullcb": 10.0, "dutycb": 10.0, "ebpfwin": 5.0, "probedetach": 10.0,
+             "fullcb": 10.0, "dutycb": 10.0, "ebpfwin": 5.0, "probedetach": 10.0, "graphquiet": 10.0, "graphunsub": 10.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
@@ -331,7 +337,7 @@ def specprof_cmd(a, method, w, outdir, inner):
         cmd += ["--cpu-hz", "0", "--pprof=false", "--perfetto=false"]
     if method in IDLE_METHODS:
         cmd += ["--cupti-duty", "1ms/60s"]
-    if method in ("fullduty", "dutynoov", "fulldetach", "dutycb"):
+    if method in ("fullduty", "dutynoov", "fulldetach", "dutycb", "graphquiet", "graphunsub"):
         cmd += ["--cupti-duty", DUTY[FAMILY[w]]]
     if method == "fullgraph":
         cmd += ["--cupti-graphs", "graph"]
@@ -340,7 +346,8 @@ def specprof_cmd(a, method, w, outdir, inner):
     if method == "probedetach":
         cmd += ["--cupti-duty", "500ms/2s"]
     if method in DETACH_METHODS:
-        cmd += ["--cupti-windows", {"fulldetach": "6", "fulldetachlong": "2", "idledetach": "1", "probedetach": "2"}[method],
+        cmd += ["--cupti-windows", {"fulldetach": "6", "fulldetachlong": "2", "idledetach": "1", "probedetach": "2",
+                                    "graphquiet": "3", "graphunsub": "3"}[method],
                 "--cupti-detach"]
     if method in PROBE_METHODS:
         cmd += ["--probe-duty", PROBE_DUTY]
@@ -485,8 +492,8 @@ def parse_report(path):
     g = proc.get("gpu") or {}
     if g.get("lib_cupti_detaches"):   # --cupti-detach: what the detaches cost the application
         out["detach"] = {"detaches": g["lib_cupti_detaches"], "stall_ms": g.get("lib_detach_stall_ns", 0) / 1e6}
-    elif g.get("lib_cupti_detach_refused"):  # the process had built CUDA graphs: CUPTI stayed attached
-        out["detach"] = {"detaches": 0, "refused": 1}
+    elif g.get("lib_cupti_detach_refused"):  # the process had built CUDA graphs: not finalized
+        out["detach"] = {"detaches": 0, "refused": 1, "quiet": g.get("lib_cupti_detach_quiet", 0)}
     for ph in t.get("phases") or []:
         name = ph.get("phase")
         c = ph.get("cycles") or 0
@@ -657,6 +664,10 @@ class Suite:
             env["SPECPROF_CUPTI_SUBSCRIBE"] = "0"
         if method in ("fullcb", "dutycb"):
             env["SPECPROF_CUPTI_API_SOURCE"] = "callbacks"
+        if method == "graphunsub":
+            env["SPECPROF_CUPTI_GRAPH_DETACH"] = "unsubscribe"
+        elif method == "graphquiet":
+            env["SPECPROF_CUPTI_GRAPH_DETACH"] = "quiet"
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -1150,7 +1161,7 @@ def throughput_table(wr):
             ("%d" % max(loss)) if loss and m in SPECPROF_METHODS else "—"))
     # --cupti-detach: what the detach cost the application thread that ran it.
     for m in DETACH_METHODS:
-        ds, refused = [], 0
+        ds, refused, quiet = [], 0, [0, 0, 0]
         for r in wr:
             if r["method"] != m or not _status_ok(r):
                 continue
@@ -1160,6 +1171,7 @@ def throughput_table(wr):
                 d = None
             if d and d.get("refused"):
                 refused += 1
+                quiet[min(int(d.get("quiet") or 0), 2)] += 1
             elif d:
                 d.setdefault("stall_ms", d.get("stall_ms_max"))  # results written before the detach was final
                 ds.append(d)
@@ -1172,8 +1184,10 @@ def throughput_table(wr):
                          fmt(median([d["stall_ms"] for d in ds]), 3), fmt(max(d["stall_ms"] for d in ds), 3)))
         if refused:
             L.append("")
-            L.append("%s: CUPTI stayed attached in %d of %d runs: the process had built CUDA graphs, whose "
-                     "launches fail once CUPTI detaches." % (LABEL[m], refused, runs))
+            L.append("%s: CUPTI not finalized in %d of %d runs: the process had built CUDA graphs, whose "
+                     "launches fail once CUPTI is finalized; instead CUPTI stayed attached as it was in %d, had "
+                     "every callback turned off in %d, and was also unsubscribed in %d." % (
+                         LABEL[m], refused, runs, quiet[0], quiet[1], quiet[2]))
     return L
 
 

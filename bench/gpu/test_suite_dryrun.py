@@ -252,6 +252,21 @@ class TestDriver(DryRunBase):
                 self.assertNotIn(w, cmd)
         self.assertIn("| (b3) specprof eBPF only, probes in windows (--probe-duty 250ms/10s) | 1 / 1 |", self.table())
 
+    def test_graph_detach_methods(self):
+        """(c19), (c20): 3 duty windows, then the detach of a graph process (callbacks off / unsubscribed)."""
+        r = self.suite("--workloads", "eagle-graph", "--methods", "none,graphquiet,graphunsub", "--reps", "1")
+        self.assertEqual(r.returncode, 0, self.last_output)
+        runs = {x["method"]: x for x in self.rows() if x["method"] != "calib"}
+        self.assertEqual(sorted(runs), sorted(["none", "graphquiet", "graphunsub"]))
+        for m in ("graphquiet", "graphunsub"):
+            self.assertEqual(runs[m]["status"], "ok", (m, runs[m]["error"]))
+            with open(os.path.join(self.out, "runs", runs[m]["run_id"], "cmd.txt")) as f:
+                cmd = f.read()
+            for w in ("--cupti on", "--cupti-duty 100ms/1s", "--cupti-windows 3", "--cupti-detach"):
+                self.assertIn(w, cmd)
+        self.assertIn("| (c20) as (c19), and CUPTI unsubscribed (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe) | 1 / 1 |",
+                      self.table())
+
     def test_pin(self):
         """--pin: the workload on one core, specprof on the others (taskset around each)."""
         cpus = sorted(os.sched_getaffinity(0))

@@ -45,6 +45,7 @@ type sessionFlags struct {
 	cpuHz    int
 	ranks    int
 	duty     string
+	dutyFrom string // --cupti-duty-start
 	detach   bool
 	windows  int
 	graphs   string
@@ -67,8 +68,9 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	}
 	fl.StringVar(&f.duty, "cupti-duty", "", "trace GPU kernels and copies only in windows, ON/PERIOD (e.g. 200ms/2s): cycles inside a window get GPU figures, the rest CPU figures only; switched by an application thread where it waits for the GPU (switching under GPU work crashed processes on the H200). CUPTI still costs each CUDA call outside the windows: on the H200 100ms/1s cost the graph loop 3.0 % against 5.0 % for tracing every kernel, but a launch-bound eager loop about as much as full tracing; there use --cupti-windows N --cupti-detach")
 	fl.StringVar(&f.probes, "probe-duty", "", "attach the CUDA/NCCL probes only in windows, ON/PERIOD (e.g. 500ms/10s): cycles wholly inside a window are measured (the first and last of each window are cut and counted), and between windows no uprobe is in place and the CPU sampler is paused. A probe costs every launch its trap (about 1.7 µs per launch in HF's eager loop on the H200), so on launch-bound loops this is the way to cost a given share of that; CPU figures only, or GPU figures from the first N CUPTI windows with --cupti-duty ON/PERIOD --cupti-windows N: the probes stay in place until CUPTI has traced them (add --cupti-detach to spare the target CUPTI's cost afterwards)")
+	fl.StringVar(&f.dutyFrom, "cupti-duty-start", "now", "with --cupti-duty: when windows begin. 'now': the first window opens as the process starts CUDA, so it often falls on model loading and warm-up; 'cycles': each window opens only once the agent sees the process run decode cycles (recognised by the phase rules), so a server waiting for requests gets none and --cupti-windows N traces N windows of real cycles (run; a process started otherwise takes SPECPROF_CUPTI_DUTY_START=cycles from its environment)")
 	fl.IntVar(&f.windows, "cupti-windows", 0, "with --cupti-duty: trace at most N windows, then no more GPU records (0: no limit)")
-	fl.BoolVar(&f.detach, "cupti-detach", false, "with --cupti-windows: detach CUPTI from the target (cuptiFinalize) after the last window, for good. A subscribed CUPTI costs the target on every CUDA call even with nothing enabled; the detach makes one application thread wait for a context synchronisation and CUPTI's teardown (measured and reported). Final, because CUDA graph launches failed after CUPTI was attached again (H200, CUDA 13.0); refused in a process that has built CUDA graphs, whose launches fail after the detach (the report says so)")
+	fl.BoolVar(&f.detach, "cupti-detach", false, "with --cupti-windows: detach CUPTI from the target (cuptiFinalize) after the last window, for good. A subscribed CUPTI costs the target on every CUDA call even with nothing enabled; the detach makes one application thread wait for a context synchronisation and CUPTI's teardown (measured and reported). Final, because CUDA graph launches failed after CUPTI was attached again (H200, CUDA 13.0); in a process that has built CUDA graphs, whose launches fail after cuptiFinalize, every CUPTI callback is turned off instead (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe in the target's environment drops the subscription too); on the H200 graph loop CUPTI still cost about 2 % after either, as the report says")
 	fl.StringVar(&f.graphs, "cupti-graphs", "node", "CUDA graph launches: 'node' records every kernel of a replay; 'graph' one record per replay (first node start to last node end; CUPTI's graph-level tracing), cheaper where graphs hold many kernels, with phase GPU figures per graph instead of per kernel")
 	fl.IntVar(&f.ranks, "collective-ranks", 0, "ranks per NCCL communicator, for bus bandwidth (default: the number of traced processes making collectives)")
 	fl.IntVar(&f.cpuHz, "cpu-hz", bpf.DefaultSampleHz, "sample the CPU of the target's threads this many times per second, with their Python stacks (0: off)")
@@ -122,6 +124,12 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		if _, _, err := parseDuty(f.duty); err != nil {
 			return nil, err
 		}
+	}
+	switch {
+	case f.dutyFrom != "now" && f.dutyFrom != "cycles":
+		return nil, fmt.Errorf("--cupti-duty-start %q: want 'now' (windows from the start) or 'cycles' (each window once decode cycles run)", f.dutyFrom)
+	case f.dutyFrom == "cycles" && f.duty == "":
+		return nil, fmt.Errorf("--cupti-duty-start cycles: it says when duty windows open; give --cupti-duty ON/PERIOD too")
 	}
 	if f.windows < 0 || f.windows > 0 && f.duty == "" {
 		return nil, fmt.Errorf("--cupti-windows %d: give a number of windows >= 1 together with --cupti-duty ON/PERIOD", f.windows)
@@ -311,6 +319,9 @@ func (s *session) startCUPTI() ([]string, error) {
 			return nil, err
 		}
 		env = append(env, fmt.Sprintf("SPECPROF_CUPTI_DUTY=%d/%d", on.Milliseconds(), period.Milliseconds()))
+	}
+	if s.flags.dutyFrom == "cycles" {
+		env = append(env, "SPECPROF_CUPTI_DUTY_START=cycles")
 	}
 	if s.flags.windows > 0 {
 		env = append(env, fmt.Sprintf("SPECPROF_CUPTI_WINDOWS=%d", s.flags.windows))

@@ -226,14 +226,16 @@ func checkDetach(t *testing.T, detach bool, rep *agent.Report, mockStats string,
 
 // dutyMockStats is what the mock CUPTI did (SPECPROF_MOCK_CUPTI_STATS).
 type dutyMockStats struct {
-	Subscribes, Finalizes int
-	FinalizeOutside       int                       `json:"finalize_outside_exit_callback"`
-	CallsWhileDetached    int                       `json:"calls_while_detached"`
-	FinalizeWithGraphs    int                       `json:"finalize_with_graphs"`
-	SwitchInGraphLaunch   int                       `json:"gpu_switch_in_graph_launch"`
-	SwitchInFlight        int                       `json:"gpu_switch_in_flight"` // GPU kinds switched while GPU work was in flight
-	Records               struct{ Kernel, API int } // records CUPTI made, by kind
-	Warnings              []string
+	Subscribes, Finalizes  int
+	Unsubscribes           int
+	CallbacksEnabledAtExit int                       `json:"callbacks_enabled_at_exit"` // while still subscribed
+	FinalizeOutside        int                       `json:"finalize_outside_exit_callback"`
+	CallsWhileDetached     int                       `json:"calls_while_detached"`
+	FinalizeWithGraphs     int                       `json:"finalize_with_graphs"`
+	SwitchInGraphLaunch    int                       `json:"gpu_switch_in_graph_launch"`
+	SwitchInFlight         int                       `json:"gpu_switch_in_flight"` // GPU kinds switched while GPU work was in flight
+	Records                struct{ Kernel, API int } // records CUPTI made, by kind
+	Warnings               []string
 }
 
 func readDutyMockStats(t *testing.T, path string) dutyMockStats {
@@ -286,32 +288,52 @@ func runGraphMock(t *testing.T, cycles int, env []string, flags ...string) (agen
 }
 
 // TestCUPTIDetachGraphs: a process that built CUDA graphs under CUPTI is
-// never detached (on the H200 every graph-loop run that detached after its
-// graph capture failed in its next graph launches). With --cupti-windows 3
-// --cupti-detach on the graph workload (windows go on after the graph
-// capture) the three windows are traced, CUPTI
-// is not finalized, the workload runs to its end with its output unchanged,
-// and the report says why CUPTI stayed attached.
+// never finalized (on the H200 every graph-loop run that finalized CUPTI
+// after its graph capture failed in its next graph launches); its detach
+// turns every CUPTI callback off instead, and with
+// SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe drops the subscription too. With
+// --cupti-windows 3 --cupti-detach on the graph workload (windows go on
+// after the graph capture) the three windows are traced, CUPTI is not
+// finalized, no callback is left on and nothing calls CUPTI afterwards, the
+// workload runs to its end with its output unchanged, and the report says
+// what was done.
 func TestCUPTIDetachGraphs(t *testing.T) {
-	const cycles = 400
-	rep, m, out := runGraphMock(t, cycles, nil, "--cupti-duty", "100ms/300ms",
-		"--cupti-windows", "3", "--cupti-detach")
-	p := rep.Processes[0]
-	if m.Finalizes != 0 || m.FinalizeWithGraphs != 0 || m.CallsWhileDetached != 0 {
-		t.Errorf("mock CUPTI: %d finalizes (%d after graphs were built), %d calls while detached; warnings %q",
-			m.Finalizes, m.FinalizeWithGraphs, m.CallsWhileDetached, m.Warnings)
-	}
-	if g := p.GPU; g == nil || g.Detaches != 0 || g.DetachRefused != 1 {
-		t.Errorf("report GPU %+v: want no detach, one refused", g)
-	}
-	if p.Duty == nil || p.Duty.Windows != 3 {
-		t.Errorf("duty %+v: want 3 windows", p.Duty)
-	}
-	checkPartlyTraced(t, p, cycles)
-	for _, want := range []string{"CUPTI stayed attached", "not detaching CUPTI: this process has built CUDA graphs"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
+	for _, tc := range []struct {
+		mode        string
+		quiet       uint64
+		unsubscribe int
+		say         string
+	}{
+		{"quiet", 1, 0, "every CUPTI callback turned off instead"},
+		{"unsubscribe", 2, 1, "every CUPTI callback turned off and CUPTI unsubscribed instead"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			const cycles = 400
+			rep, m, out := runGraphMock(t, cycles, []string{"SPECPROF_CUPTI_GRAPH_DETACH=" + tc.mode},
+				"--cupti-duty", "100ms/300ms", "--cupti-windows", "3", "--cupti-detach")
+			p := rep.Processes[0]
+			if m.Finalizes != 0 || m.FinalizeWithGraphs != 0 || m.CallsWhileDetached != 0 {
+				t.Errorf("mock CUPTI: %d finalizes (%d after graphs were built), %d calls while detached or unsubscribed; warnings %q",
+					m.Finalizes, m.FinalizeWithGraphs, m.CallsWhileDetached, m.Warnings)
+			}
+			if m.CallbacksEnabledAtExit != 0 || m.Unsubscribes != tc.unsubscribe {
+				t.Errorf("mock CUPTI: %d callbacks still enabled at exit, %d unsubscribes: want 0 and %d",
+					m.CallbacksEnabledAtExit, m.Unsubscribes, tc.unsubscribe)
+			}
+			if g := p.GPU; g == nil || g.Detaches != 0 || g.DetachRefused != 1 || g.DetachQuiet != tc.quiet {
+				t.Errorf("report GPU %+v: want no finalize, one refused, quiet %d", g, tc.quiet)
+			}
+			if p.Duty == nil || p.Duty.Windows != 3 {
+				t.Errorf("duty %+v: want 3 windows", p.Duty)
+			}
+			checkPartlyTraced(t, p, cycles)
+			for _, want := range []string{"CUPTI not finalized after the last window", tc.say,
+				"not finalizing CUPTI: this process has built CUDA graphs"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }
 
@@ -684,6 +706,52 @@ func TestCUPTIDutyStuckCorrelation(t *testing.T) {
 			if m.Stuck != 0 || l.APIDuplicates != 0 || l.LaunchesWithoutAPI != 0 {
 				t.Errorf("default: stuck id %d, api_records_duplicated %d, launches_without_cupti_api_record %d: want none\n%s",
 					m.Stuck, l.APIDuplicates, l.LaunchesWithoutAPI, out)
+			}
+		})
+	}
+}
+
+// TestCUPTIDutyStartCycles: --cupti-duty-start cycles keeps the duty windows
+// closed until the agent sees the process run cycles. The eager workload
+// makes 1.5 s of CUDA work (kernels and synchronisations) before its first
+// cycle, as model loading and warm-up do: two 100ms/300ms windows opened at
+// once fall in it and trace no cycle; opened on cycles, both trace cycles.
+func TestCUPTIDutyStartCycles(t *testing.T) {
+	for _, start := range []string{"now", "cycles"} {
+		t.Run(start, func(t *testing.T) {
+			injLib, mockCupti, std, bin, root := standins(t)
+			dir := t.TempDir()
+			const cycles = 300
+			cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+				"--cupti-duty", "100ms/300ms", "--cupti-windows", "2", "--cupti-duty-start", start, "--",
+				"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", fmt.Sprint(cycles),
+				"--mode", "eager", "--warmup-s", "1.5")
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("specprof run: %v\n%s", err, out)
+			}
+			rep := readReport(t, dir)
+			p := rep.Processes[0]
+			if p.Duty == nil || p.Duty.Windows != 2 {
+				t.Fatalf("duty %+v: want 2 windows", p.Duty)
+			}
+			var main *agent.ThreadReport
+			for _, th := range p.Threads {
+				if th.TID == p.PID {
+					main = th
+				}
+			}
+			if main == nil || main.Cycles != cycles {
+				t.Fatalf("main thread %+v: want %d cycles", main, cycles)
+			}
+			traced := main.Cycles - main.Untraced - main.GPUPartial - main.GPULost
+			t.Logf("%s: %d of %d cycles traced", start, traced, main.Cycles)
+			if start == "now" && traced != 0 || start == "cycles" && traced < 10 {
+				t.Errorf("--cupti-duty-start %s: %d cycles traced (main thread %+v)", start, traced, main)
+			}
+			if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 {
+				t.Errorf("losses: %+v", l)
 			}
 		})
 	}

@@ -91,6 +91,15 @@ static struct {
     uint64_t duty_on_ns, duty_period_ns;
     int detach;           /* SPECPROF_CUPTI_DETACH=1: finalize CUPTI once nothing more is traced */
     uint32_t max_windows; /* SPECPROF_CUPTI_WINDOWS=N: at most N duty windows; 0: no limit */
+    /* SPECPROF_CUPTI_GRAPH_DETACH: what a detach does in a process that built CUDA graphs, which
+     * cuptiFinalize breaks (see g_graphs): "quiet" (default) turns every callback off and stays
+     * subscribed; "unsubscribe" also drops the subscription (cuptiUnsubscribe, no finalize). */
+    int graph_unsub;
+    /* SPECPROF_CUPTI_DUTY_START=cycles: a duty window opens only when the agent says the process is
+     * running its decode cycles (SPW_CMD_WINDOW), no sooner than a period after the last one opened;
+     * "now" (default): the first window opens as soon as an agent listens. Windows at start fall on
+     * model loading and warm-up, or on a server waiting for requests. */
+    int duty_gated;
     /* Cost experiments (bench/gpu/launchcost_h200.sh): SPECPROF_CUPTI_LAUNCH_CALLBACKS=0 leaves the
      * launch callbacks off (graph nodes are then tied to their launch by time only);
      * SPECPROF_CUPTI_CLOCK=offset converts timestamps with a measured offset instead of CUPTI
@@ -188,6 +197,20 @@ static void read_config(void) {
     cfg.all_api = getenv("SPECPROF_CUPTI_API") && !strcmp(getenv("SPECPROF_CUPTI_API"), "all");
     cfg.detach = env_u64("SPECPROF_CUPTI_DETACH", 0, 0, 1) != 0;
     cfg.max_windows = (uint32_t)env_u64("SPECPROF_CUPTI_WINDOWS", 0, 0, 1u << 30);
+    const char *ds = getenv("SPECPROF_CUPTI_DUTY_START");
+    if (ds && *ds && strcmp(ds, "now")) {
+        if (!strcmp(ds, "cycles"))
+            cfg.duty_gated = 1;
+        else
+            logmsg("SPECPROF_CUPTI_DUTY_START=%s: want now or cycles; opening windows from the start", ds);
+    }
+    const char *gd = getenv("SPECPROF_CUPTI_GRAPH_DETACH");
+    if (gd && *gd && strcmp(gd, "quiet")) {
+        if (!strcmp(gd, "unsubscribe"))
+            cfg.graph_unsub = 1;
+        else
+            logmsg("SPECPROF_CUPTI_GRAPH_DETACH=%s: want quiet or unsubscribe; using quiet", gd);
+    }
     cfg.duty_mask = getenv("SPECPROF_CUPTI_DUTY_KINDS") ? parse_kinds(getenv("SPECPROF_CUPTI_DUTY_KINDS")) : K_ALL | K_GRAPH;
     cfg.no_launch_cb = env_u64("SPECPROF_CUPTI_LAUNCH_CALLBACKS", 1, 0, 1) == 0;
     cfg.clock_offset = getenv("SPECPROF_CUPTI_CLOCK") && !strcmp(getenv("SPECPROF_CUPTI_CLOCK"), "offset");
@@ -285,6 +308,8 @@ static uint32_t g_windows;    /* sender: duty windows opened */
 static int g_no_detach;       /* under detach_mu: exit began, no new request */
 static pthread_mutex_t detach_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong g_detaches, g_detach_stall_ns, g_detach_refused;
+/* 1: instead of a finalize, every callback went off (quiet); 2: and the subscription went too. */
+static atomic_ullong g_detach_quiet;
 /* 1: windows stopped opening because the process had built CUDA graphs (SPECPROF_CUPTI_DUTY_GRAPHS=0
  * only). Switching at the exit of any call crashed the H200 graph loop about once per 650 switches
  * (see g_gs). Switching only where the application waits for the GPU ran 5,295 switches of the graph
@@ -293,10 +318,10 @@ static atomic_ullong g_duty_stopped;
 /* A CUDA graph node was created or cloned while CUPTI was subscribed. Launches of such graphs fail
  * once CUPTI is finalized (all 12 graph-loop runs that detached after graph capture on the H200,
  * CUPTI 13.0.85; PyTorch's profiler skips its CUPTI teardown when graphs are used, pytorch#112507),
- * so a process with graphs is never detached. */
+ * so a process with graphs is never finalized: its detach turns CUPTI quiet instead (quiet_cupti). */
 static atomic_int g_graphs;
-static const char refused_msg[] = "not detaching CUPTI: this process has built CUDA graphs, whose launches fail after "
-                                  "cuptiFinalize; CUPTI stays attached with nothing enabled";
+static const char refused_msg[] = "not finalizing CUPTI: this process has built CUDA graphs, whose launches fail after "
+                                  "cuptiFinalize; every CUPTI callback turned off instead";
 
 /* CUPTI may be called: attached, and no detach asked for (sender thread). */
 static int cupti_usable(void) { return !g_detach_pending && atomic_load(&g_cs) == CS_ATTACHED; }
@@ -687,6 +712,7 @@ static uint32_t g_duty_types;
 enum { W_CLOSED, W_OPENING, W_OPEN, W_CLOSING }; /* OPENING, CLOSING: the GPU kinds' switch is posted */
 static int g_wstate;
 static uint64_t g_window_start, g_window_end, g_next_toggle;
+static int g_window_req; /* sender: the agent asked for a window (SPW_CMD_WINDOW, cfg.duty_gated) */
 static uint64_t g_window_asof; /* the last "still open" WINDOW record's time (sender) */
 #define WINDOW_HEARTBEAT_NS 100000000ull
 
@@ -1403,6 +1429,30 @@ static void finalize_here(void) {
     }
 }
 
+/* The detach of a process that built CUDA graphs (sender, cupti_mu held, nothing enabled): no
+ * cuptiFinalize (see g_graphs), but every callback off, so that CUPTI's callbacks no longer run in
+ * the application's CUDA calls; with cfg.graph_unsub the subscription goes as well. Final, as a
+ * detach: from here on nothing calls CUPTI (CS_DETACHED). */
+static void quiet_cupti(void) {
+    (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
+    drain_buffers();
+    static const uint32_t domains[] = {SPC_DOMAIN_DRIVER_API, SPC_DOMAIN_RUNTIME_API, SPC_DOMAIN_RESOURCE};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof domains / sizeof domains[0]; i++)
+        if (C.EnableDomain(0, g_sub, domains[i]) != SPC_SUCCESS) ok = 0;
+    atomic_store(&g_cb_api, 0);
+    g_cb_on = 0;
+    g_gs_cb = 0;
+    int unsub = ok && cfg.graph_unsub && C.Unsubscribe(g_sub) == SPC_SUCCESS;
+    if (!ok) LOG_ONCE(L_DETACH, "cuptiEnableDomain failed while turning CUPTI's callbacks off; CUPTI stays attached");
+    else logmsg("%s%s", refused_msg, unsub ? ", and unsubscribed" : "");
+    atomic_store(&g_detach_refused, 1);
+    if (!ok) return;
+    if (unsub) g_sub = NULL;
+    atomic_store(&g_detach_quiet, unsub ? 2 : 1);
+    atomic_store(&g_cs, CS_DETACHED);
+}
+
 /* Asks for a detach once nothing is enabled (sender): CUPTI's buffers are flushed and converted
  * first, then the API domains' callbacks wait for the next application call to return. */
 static void request_detach(void) {
@@ -1414,8 +1464,7 @@ static void request_detach(void) {
         return;
     }
     if (atomic_load(&g_graphs)) {
-        LOG_ONCE(L_DETACH, "%s", refused_msg);
-        atomic_store(&g_detach_refused, 1);
+        quiet_cupti();
         g_detach_off = 1;
         return;
     }
@@ -1448,10 +1497,9 @@ static void poll_detach(void) {
     } else if (s == CS_ATTACHED) { /* refused, cuptiFinalize failed or exit cancelled: still subscribed */
         g_detach_pending = 0;
         g_detach_off = 1;
-        if (atomic_load(&g_detach_refused))
-            LOG_ONCE(L_DETACH, "%s", refused_msg);
         (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_DRIVER_API);
         (void)C.EnableDomain(0, g_sub, SPC_DOMAIN_RUNTIME_API);
+        if (atomic_load(&g_detach_refused) && !atomic_load(&g_exit_req)) quiet_cupti(); /* graphs came after the request */
     }
 }
 
@@ -1495,6 +1543,7 @@ static uint64_t duty_step(uint64_t now) {
     switch (g_wstate) {
     case W_CLOSED:
         if (cfg.max_windows && g_windows >= cfg.max_windows) return poll;
+        if (cfg.duty_gated && !g_window_req) return poll; /* read_commands wakes the sender */
         if (now < g_next_toggle) return poll < g_next_toggle ? poll : g_next_toggle;
         if (atomic_load(&g_graphs) && !cfg.duty_graphs) { /* see g_duty_stopped */
             if (!atomic_exchange(&g_duty_stopped, 1))
@@ -1504,6 +1553,7 @@ static uint64_t duty_step(uint64_t now) {
         }
         if (ensure_attached() < 0) return UINT64_MAX;
         g_windows++;
+        g_window_req = 0;
         window_api(1, gpu != 0);
         g_wstate = W_OPENING;
         if (gpu && !gpu_switch_post(1, g_duty_types)) return wait_switch;
@@ -1569,6 +1619,7 @@ static void send_stats(uint16_t flags) {
         .detaches = atomic_load(&g_detaches),
         .detachStallNs = atomic_load(&g_detach_stall_ns),
         .detachRefused = atomic_load(&g_detach_refused),
+        .detachQuiet = atomic_load(&g_detach_quiet),
         .gpuSwitches = atomic_load(&g_gs_count),
         .gpuSwitchNs = atomic_load(&g_gs_ns),
         .gpuSwitchMaxNs = atomic_load(&g_gs_max_ns),
@@ -1655,8 +1706,10 @@ static int read_commands(void) {
     for (;;) {
         ssize_t n = recv(S.fd, b, sizeof b, MSG_DONTWAIT);
         if (n > 0) {
-            for (ssize_t i = 0; i < n; i++)
+            for (ssize_t i = 0; i < n; i++) {
                 if (b[i] == SPW_CMD_FLUSH) flush = 1;
+                if (b[i] == SPW_CMD_WINDOW && cfg.duty_gated) g_window_req = 1;
+            }
             continue;
         }
         if (n < 0 && errno == EINTR) continue;

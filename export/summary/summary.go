@@ -143,7 +143,16 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 				ms(float64(g.DetachStallNs)))
 		}
 		if g := p.GPU; g != nil && g.DetachRefused > 0 {
-			fmt.Fprintf(w, "  CUPTI stayed attached after the last window (--cupti-detach): the process had built CUDA graphs, whose launches fail once CUPTI detaches; attached with nothing enabled, CUPTI still costs every CUDA call (cupti/README.md)\n")
+			switch g.DetachQuiet {
+			case 0:
+				fmt.Fprintf(w, "  CUPTI stayed attached after the last window (--cupti-detach): the process had built CUDA graphs, whose launches fail once CUPTI is finalized; attached, CUPTI still costs every CUDA call (cupti/README.md)\n")
+			default:
+				how := "every CUPTI callback turned off"
+				if g.DetachQuiet == 2 {
+					how += " and CUPTI unsubscribed"
+				}
+				fmt.Fprintf(w, "  CUPTI not finalized after the last window (--cupti-detach): the process had built CUDA graphs, whose launches fail once CUPTI is finalized; %s instead; no GPU records from this process after it (cupti/README.md)\n", how)
+			}
 		}
 		for _, pr := range p.Problems {
 			fmt.Fprintf(w, "  problem: %s\n", pr)

@@ -15,6 +15,8 @@
  *     get callbacks but no DRIVER record, and whose kernels carry the runtime call's id (as CUPTI);
  *   - resource callbacks GRAPHNODE_CREATED (during stream capture, inside the launch call) and
  *     GRAPHNODE_CLONED (the first time an instantiated graph's node runs, inside cuGraphLaunch);
+ *   - cuptiUnsubscribe: forgets the subscription and its callbacks; later calls into the
+ *     subscription count as calls while detached;
  *   - cuptiFinalize (dynamic detach): hands back every buffer, then forgets the subscription, the
  *     enabled kinds and callbacks and the registered callbacks, as CUPTI's teardown does. CUPTI
  *     allows it only in an API exit callback: the mock counts calls made elsewhere, and calls
@@ -179,6 +181,8 @@ static atomic_ullong dropped_since_read, dropped_total;
 static atomic_ullong n_records[KIND_MAX];
 static atomic_ullong n_driver_cb, n_runtime_cb, n_resource_cb, n_delivered_buffers, n_flushes;
 static atomic_ullong n_subscribes, n_finalizes, n_finalize_outside_exit, n_calls_detached, n_finalize_with_graphs;
+static atomic_ullong n_unsubscribes;
+static atomic_int unsubscribed; /* cuptiUnsubscribe ran: calls into the subscription count as calls while detached */
 static atomic_int graphs_under_cupti; /* a graph node was created while subscribed */
 static atomic_int detached;              /* finalized and not subscribed again */
 static __thread int t_in_exit_callback;  /* inside a driver API exit callback */
@@ -186,7 +190,7 @@ static __thread int t_in_exit_callback;  /* inside a driver API exit callback */
 /* A call that would initialise CUPTI again while detached: counted (the client must not). */
 #define NOT_DETACHED()                                                     \
     do {                                                                   \
-        if (atomic_load(&detached)) atomic_fetch_add(&n_calls_detached, 1); \
+        if (atomic_load(&detached) || atomic_load(&unsubscribed)) atomic_fetch_add(&n_calls_detached, 1); \
     } while (0)
 static char warnings[4][200];
 static int nwarn;
@@ -738,6 +742,11 @@ static void on_graph_node(const simgpu_graph_node_rec *g) {
 
 static void write_stats(void) {
     if (!cfg.stats_path[0]) return;
+    unsigned long long cb_on = 0; /* callbacks still enabled at exit */
+    pthread_mutex_lock(&mu);
+    for (int d = 0; sub.subscribed && d < DOM_MAX; d++)
+        for (int c = 0; c < MAX_CBID; c++) cb_on += sub.enabled[d][c];
+    pthread_mutex_unlock(&mu);
     FILE *f = fopen(cfg.stats_path, "w");
     if (!f) return;
     fprintf(f,
@@ -746,7 +755,7 @@ static void write_stats(void) {
             "\"resource_callbacks\":%llu,\"buffers_delivered\":%llu,\"flushes\":%llu,\"subscribes\":%llu,"
             "\"finalizes\":%llu,\"finalize_outside_exit_callback\":%llu,\"calls_while_detached\":%llu,"
             "\"finalize_with_graphs\":%llu,\"gpu_switch_in_graph_launch\":%llu,\"gpu_switch_in_flight\":%llu,"
-            "\"stuck_correlation_id\":%llu,\"warnings\":[",
+            "\"stuck_correlation_id\":%llu,\"unsubscribes\":%llu,\"callbacks_enabled_at_exit\":%llu,\"warnings\":[",
             cfg.version, atomic_load(&ever_enabled) ? "true" : "false",
             (unsigned long long)n_records[KIND_CONCURRENT_KERNEL], (unsigned long long)n_records[KIND_MEMCPY],
             (unsigned long long)n_records[KIND_MEMSET], (unsigned long long)n_records[KIND_DRIVER],
@@ -757,7 +766,8 @@ static void write_stats(void) {
             (unsigned long long)n_subscribes, (unsigned long long)n_finalizes,
             (unsigned long long)n_finalize_outside_exit, (unsigned long long)n_calls_detached,
             (unsigned long long)n_finalize_with_graphs, (unsigned long long)n_gpu_switch_in_launch,
-            (unsigned long long)n_gpu_switch_in_flight, (unsigned long long)atomic_load(&stuck_id));
+            (unsigned long long)n_gpu_switch_in_flight, (unsigned long long)atomic_load(&stuck_id),
+            (unsigned long long)n_unsubscribes, cb_on);
     for (int i = 0; i < nwarn; i++) fprintf(f, "%s\"%s\"", i ? "," : "", warnings[i]);
     fprintf(f, "]}\n");
     fclose(f);
@@ -845,6 +855,7 @@ EXPORT CUptiResult cuptiSubscribe(void **subscriber, cb_fn callback, void *userd
     }
     sub.subscribed = 1;
     atomic_store(&detached, 0);
+    atomic_store(&unsubscribed, 0);
     atomic_fetch_add(&n_subscribes, 1);
     sub.cb = callback;
     sub.ud = userdata;
@@ -857,7 +868,10 @@ EXPORT CUptiResult cuptiSubscribe(void **subscriber, cb_fn callback, void *userd
 EXPORT CUptiResult cuptiUnsubscribe(void *subscriber) {
     pthread_mutex_lock(&mu);
     sub.subscribed = 0;
+    memset(sub.enabled, 0, sizeof sub.enabled);
     pthread_mutex_unlock(&mu);
+    atomic_store(&unsubscribed, 1);
+    atomic_fetch_add(&n_unsubscribes, 1);
     return subscriber == &sub ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
 }
 

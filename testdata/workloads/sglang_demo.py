@@ -77,6 +77,9 @@ def parse_args(argv=None):
     p.add_argument("--sleep-after-cuinit", type=float, default=0.0, metavar="S",
                    help="seconds to sleep after cuInit, before any other CUDA call (an injected "
                         "library then acts on its own first, e.g. detaches with nobody listening)")
+    p.add_argument("--warmup-s", type=float, default=0.0, metavar="S",
+                   help="seconds of CUDA work before the first cycle, outside any cycle: kernels "
+                        "and stream synchronisations, as model loading and warm-up make")
     p.add_argument("--sleep-at-exit", type=float, default=0.0, metavar="S",
                    help="after the summary line, sleep S seconds before exiting (an idle process "
                         "that keeps its CUDA context)")
@@ -157,6 +160,16 @@ def make_server_args(a, layers, draft_steps, seed):
         accept_prob=a.accept_prob,
         draft_sync=a.draft_sync,
     )
+
+
+def warmup(cuda, kernels, stream, seconds):
+    """--warmup-s: CUDA work that is no decode cycle (no cycle function on the stack)."""
+    fn, ex = next(iter(kernels.table.values()))
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(8):
+            cuda.launch(fn, stream, ex)
+        cuda.sync(stream)
 
 
 def make_gpu(cuda, kernels, a, stream, draft_steps):
@@ -282,6 +295,8 @@ def _main(a):
     set_stack_depth(cuda, a.stack_depth)
 
     stream = fakecuda.LEGACY_STREAM if a.stream == "legacy" else cuda.stream()
+    if a.warmup_s > 0:
+        warmup(cuda, kernels, stream, a.warmup_s)
     gpu, tp_group = make_gpu(cuda, kernels, a, stream, a.draft_steps)
     if a.side_stream:
         gpu.side_stream = cuda.stream()
