@@ -83,25 +83,21 @@ func (c *Conn) Stats() ConnStats {
 
 // Flush asks the library to hand over everything CUPTI holds; it answers with a STATS record
 // flagged FlagFlushAck (Batch.FlushAck).
-func (c *Conn) Flush() error {
-	if err := c.nc.SetWriteDeadline(time.Now().Add(time.Second)); err != nil {
-		return fmt.Errorf("asking connection %d to flush: %w", c.id, err)
-	}
-	if _, err := c.nc.Write([]byte{cmdFlush}); err != nil {
-		return fmt.Errorf("asking connection %d to flush: %w", c.id, err)
-	}
-	return nil
-}
+func (c *Conn) Flush() error { return c.command(cmdFlush, "to flush") }
 
 // RequestWindow tells the library that its process is running decode cycles now: a library
 // whose duty windows wait for that (SPECPROF_CUPTI_DUTY_START=cycles) opens its next window, no
 // sooner than a period after the last one opened; others ignore it.
-func (c *Conn) RequestWindow() error {
+func (c *Conn) RequestWindow() error { return c.command(cmdWindow, "for a tracing window") }
+
+// command writes a one-byte command to the library (at most a second's wait: the socket is
+// the library's to drain).
+func (c *Conn) command(b byte, what string) error {
 	if err := c.nc.SetWriteDeadline(time.Now().Add(time.Second)); err != nil {
-		return fmt.Errorf("asking connection %d for a tracing window: %w", c.id, err)
+		return fmt.Errorf("asking connection %d %s: %w", c.id, what, err)
 	}
-	if _, err := c.nc.Write([]byte{cmdWindow}); err != nil {
-		return fmt.Errorf("asking connection %d for a tracing window: %w", c.id, err)
+	if _, err := c.nc.Write([]byte{b}); err != nil {
+		return fmt.Errorf("asking connection %d %s: %w", c.id, what, err)
 	}
 	return nil
 }

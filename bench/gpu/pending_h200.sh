@@ -130,6 +130,10 @@
 #   s18        (issue 6) session 16: the cells still empty or marked noise: HF in steady state with (e) v3,
 #              (f) v4 and (g) CUDA events against none, 2 reps; the eager loop with eBPF in probe windows
 #              (ebpfwin) and the sampled mode (probedetach), 3 reps (about 9 minutes).
+#   s19        (issue 6) prepared in session 16: s18's eager (c18) runs never left the GPU-window phase: their
+#              measured loop (400 cycles, 1.2-2.2 s) ended before the second 500ms/2s window closed, so
+#              CUPTI never detached and the probes stayed in place. The same methods on a loop of 8,000
+#              cycles (about 27 s): none / ebpf / probedetach, 2 reps (about 5 minutes).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -456,12 +460,18 @@ s18)
     --reps 3 --budget-s ${S18_EAGER_BUDGET_S:-200} --run-timeout-s 60
   grep -A7 "^| method" /tmp/eager18/table.md | head -8
   ;;
+s19)
+  suite eager19 --workloads eagle-eager --methods none,ebpf,probedetach --eagle-cycles 8000 \
+    --reps 2 --budget-s ${S19_BUDGET_S:-330} --run-timeout-s 90
+  grep -A6 "^| method | runs" /tmp/eager19/table.md | head -7
+  grep "CUPTI detached\|not finalized" /tmp/eager19/table.md
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|s17|s18|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|s17|s18|s19|guard" >&2
   exit 2
   ;;
 esac

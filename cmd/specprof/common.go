@@ -352,6 +352,13 @@ func (s *session) finish() error {
 	}
 	r := s.ag.Report()
 	r.Spec = s.specTotal()
+	if s.flags.dutyFrom == "cycles" {
+		for _, p := range r.Processes {
+			if p.GPU != nil && (p.Duty == nil || p.Duty.Windows == 0) {
+				p.Problems = append(p.Problems, "no GPU tracing window opened (--cupti-duty-start cycles): the agent saw no decode cycle of this process; check --preset or --rules")
+			}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := summary.WriteReport(s.out, r); err != nil {

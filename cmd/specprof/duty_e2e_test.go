@@ -716,7 +716,28 @@ func TestCUPTIDutyStuckCorrelation(t *testing.T) {
 // makes 1.5 s of CUDA work (kernels and synchronisations) before its first
 // cycle, as model loading and warm-up do: two 100ms/300ms windows opened at
 // once fall in it and trace no cycle; opened on cycles, both trace cycles.
+// Under a preset that recognises no cycle of the workload, no window opens
+// and the report says why.
 func TestCUPTIDutyStartCycles(t *testing.T) {
+	t.Run("no-cycles", func(t *testing.T) {
+		injLib, mockCupti, std, bin, root := standins(t)
+		dir := t.TempDir()
+		cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
+			"--preset", "hf-assisted", "--cupti-duty", "100ms/300ms", "--cupti-duty-start", "cycles", "--",
+			"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", "100", "--mode", "eager")
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("specprof run: %v\n%s", err, out)
+		}
+		p := readReport(t, dir).Processes[0]
+		if p.GPU == nil || p.Duty != nil && p.Duty.Windows != 0 || !strings.Contains(strings.Join(p.Problems, "\n"), "no GPU tracing window opened") {
+			t.Errorf("report: GPU %+v, duty %+v, problems %q: want a connected library, no window and the problem stated", p.GPU, p.Duty, p.Problems)
+		}
+		if !strings.Contains(string(out), "no GPU tracing window opened") {
+			t.Errorf("the summary does not state it:\n%s", out)
+		}
+	})
 	for _, start := range []string{"now", "cycles"} {
 		t.Run(start, func(t *testing.T) {
 			injLib, mockCupti, std, bin, root := standins(t)
