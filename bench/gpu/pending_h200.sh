@@ -134,6 +134,11 @@
 #              measured loop (400 cycles, 1.2-2.2 s) ended before the second 500ms/2s window closed, so
 #              CUPTI never detached and the probes stayed in place. The same methods on a loop of 8,000
 #              cycles (about 27 s): none / ebpf / probedetach, 2 reps (about 5 minutes).
+#   s20        (issue 6) prepared in session 16: does cuptiFinalize break only the graphs built or
+#              instantiated while CUPTI traced kernels? Graph loop, windows opened on decode cycles (after
+#              the capture), then CUPTI finalized (graphfinal, SPECPROF_CUPTI_GRAPH_DETACH=finalize-untraced),
+#              against none / ebpf / graphquiet, 3 reps (about 6 minutes). A run whose graphs fail after the
+#              finalize fails (tokens, rc); if none does, its cost should fall to about -1 % (c14).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -466,12 +471,18 @@ s19)
   grep -A6 "^| method | runs" /tmp/eager19/table.md | head -7
   grep "CUPTI detached\|not finalized" /tmp/eager19/table.md
   ;;
+s20)
+  suite graph20 --workloads eagle-graph --methods none,ebpf,graphquiet,graphfinal \
+    --eagle-cycles 6000 --reps 3 --budget-s ${S20_BUDGET_S:-400} --run-timeout-s 45
+  grep -A6 "^| method | runs" /tmp/graph20/table.md | head -7
+  grep "CUPTI detached\|not finalized\|failed" /tmp/graph20/table.md | head
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|s17|s18|s19|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|s17|s18|s19|s20|guard" >&2
   exit 2
   ;;
 esac
