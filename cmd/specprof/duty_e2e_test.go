@@ -69,14 +69,9 @@ func testCUPTIDuty(t *testing.T, detach bool, env ...string) {
 			m.Records.API, env)
 	}
 	p := rep.Processes[0]
-	var main *agent.ThreadReport
-	for _, th := range p.Threads {
-		if th.TID == p.PID {
-			main = th
-		}
-	}
-	if main == nil || main.Cycles != cycles {
-		t.Fatalf("main thread %+v", main)
+	_, main := mainThread(t, &rep)
+	if main.Cycles != cycles {
+		t.Fatalf("main thread %+v: want %d cycles", main, cycles)
 	}
 	if detach {
 		if p.Duty == nil || p.Duty.Windows != 3 {
@@ -529,14 +524,8 @@ func TestCUPTIDutyGraphLevelRefused(t *testing.T) {
 func TestLostAPIRecords(t *testing.T) {
 	const cycles = 300
 	rep, _, out := runGraphMock(t, cycles, []string{"SPECPROF_MOCK_CUPTI_DROP_API=5/20"})
-	p := rep.Processes[0]
-	var main *agent.ThreadReport
-	for _, th := range p.Threads {
-		if th.TID == p.PID {
-			main = th
-		}
-	}
-	if main == nil || main.Cycles != cycles {
+	_, main := mainThread(t, &rep)
+	if main.Cycles != cycles {
 		t.Fatalf("main thread %+v: want %d cycles", main, cycles)
 	}
 	if rep.Loss.LaunchesWithoutAPI == 0 || main.GPULost == 0 || main.GPULost >= cycles ||
@@ -790,13 +779,8 @@ func TestCUPTIDutyStartCycles(t *testing.T) {
 			if p.Duty == nil || p.Duty.Windows != 2 {
 				t.Fatalf("duty %+v: want 2 windows", p.Duty)
 			}
-			var main *agent.ThreadReport
-			for _, th := range p.Threads {
-				if th.TID == p.PID {
-					main = th
-				}
-			}
-			if main == nil || main.Cycles != cycles {
+			_, main := mainThread(t, &rep)
+			if main.Cycles != cycles {
 				t.Fatalf("main thread %+v: want %d cycles", main, cycles)
 			}
 			traced := main.Cycles - main.Untraced - main.GPUPartial - main.GPULost
