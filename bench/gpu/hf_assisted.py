@@ -71,6 +71,9 @@ def parse_args(argv=None):
                    help="untimed passes over every prompt (--new-tokens each) before the measured loop: "
                         "the first pass over new shapes ran 3.5-6x slower than later ones on the H200 "
                         "(docs/benchmarks/h200.md §17c), so without them the loop measures warm-up")
+    p.add_argument("--loop-passes", type=int, default=1,
+                   help="passes over every prompt in the measured loop: a loop long enough for a profiler's "
+                        "sampled windows (seconds apart) to fall in it; tokens count every pass")
     p.add_argument("--assist-tokens", type=int, default=4, help="num_assistant_tokens (draft tokens per cycle)")
     p.add_argument("--noise-scale", type=float, default=None,
                    help="strength of the target's extra layers (default: calibrate)")
@@ -97,6 +100,8 @@ def parse_args(argv=None):
     p.add_argument("--ready-file", default="",
                    help="with --repeat-s: write this file (the pid) when the repeats start")
     a = p.parse_args(argv)
+    if a.loop_passes < 1:
+        p.error("--loop-passes must be >= 1")
     if a.repeat_s < 0 or a.warmup_passes < 0:
         p.error("--repeat-s and --warmup-passes must be >= 0")
     if a.draft_layers < 1 or a.target_layers <= a.draft_layers:
@@ -337,14 +342,15 @@ def _run(a, torch, res, notes, t_start):
                                                       torch.profiler.ProfilerActivity.CUDA])
             prof.__enter__()
         res["setup_s"] = time.monotonic() - t_start
-        outs = []
+        outs = []  # every pass's outputs, prompt by prompt
         per_prompt_cycles = []
         t0 = time.perf_counter()
         loop_mono0 = time.monotonic_ns()  # CLOCK_MONOTONIC, specprof's clock: its cycles in the loop
-        for ids in prompts:
-            c = counts["target"]
-            outs.append(assisted(target, draft, torch, ids, a.new_tokens))
-            per_prompt_cycles.append(counts["target"] - c)
+        for _ in range(a.loop_passes):
+            for ids in prompts:
+                c = counts["target"]
+                outs.append(assisted(target, draft, torch, ids, a.new_tokens))
+                per_prompt_cycles.append(counts["target"] - c)
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         res["loop_mono_ns"] = [loop_mono0, time.monotonic_ns()]
@@ -364,13 +370,14 @@ def _run(a, torch, res, notes, t_start):
             res["profiler_post_s"] = time.monotonic() - t1
         toks = []
         per_prompt_tokens = []
-        for ids, out in zip(prompts, outs):
+        for ids, out in zip(prompts * a.loop_passes, outs):
             new = out[0, ids.shape[1]:].tolist()
             per_prompt_tokens.append(len(new))
             toks.extend(new)
+        outs = outs[-len(prompts):]  # the last pass's, one per prompt (--repeat-s compares with them)
     cycles = counts["target"]
-    if len(toks) != a.prompts * a.new_tokens:
-        notes.append("generated %d tokens, expected %d" % (len(toks), a.prompts * a.new_tokens))
+    if len(toks) != a.prompts * a.new_tokens * a.loop_passes:
+        notes.append("generated %d tokens, expected %d" % (len(toks), a.prompts * a.new_tokens * a.loop_passes))
     res.update(
         ok=True, cycles=cycles, tokens=len(toks), token_hash=benchphase.token_hash(toks),
         loop_s=dt, tok_s=len(toks) / dt, cycle_ms=dt / cycles * 1e3 if cycles else None,

@@ -139,6 +139,11 @@
 #              the capture), then CUPTI finalized (graphfinal, SPECPROF_CUPTI_GRAPH_DETACH=finalize-untraced),
 #              against none / ebpf / graphquiet, 3 reps (about 6 minutes). A run whose graphs fail after the
 #              finalize fails (tokens, rc); if none does, its cost should fall to about -1 % (c14).
+#   s21        (issue 6) prepared in session 16: the sampled mode with GPU figures of HF's steady state. The
+#              measured loop made 8 passes long (about 15 s) and 4 GPU windows of 500ms/4s opened on decode
+#              cycles (probecycles, c22): the last ones fall in the loop. none / probecycles, 2 reps (about
+#              5 minutes). Its per-phase GPU figures against (g) CUDA events need a cudaev run too (add it
+#              when time allows).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -477,12 +482,18 @@ s20)
   grep -A6 "^| method | runs" /tmp/graph20/table.md | head -7
   grep "CUPTI detached\|not finalized\|failed" /tmp/graph20/table.md | head
   ;;
+s21)
+  suite hf21 --workloads hf --methods none,probecycles --reps 2 --hf-new-tokens 48 --hf-args "--loop-passes 8" \
+    --budget-s ${S21_BUDGET_S:-330} --run-timeout-s 150
+  grep -A4 "^| method | runs" /tmp/hf21/table.md | head -5
+  grep -A8 "^Per-phase" /tmp/hf21/table.md | head -10
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|s17|s18|s19|s20|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|s17|s18|s19|s20|s21|guard" >&2
   exit 2
   ;;
 esac

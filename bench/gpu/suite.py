@@ -76,9 +76,12 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe). graphfinal: an experiment, the windows opened on decode
 # cycles (after graph capture) and CUPTI finalized if no graph was built while kernels were traced
 # (SPECPROF_CUPTI_GRAPH_DETACH=finalize-untraced): do such graphs survive the finalize?
+# probecycles: probedetach with 4 GPU windows of 500ms/4s that open only on decode cycles
+# (--cupti-duty-start cycles): with HF's loop made long (--hf-args "--loop-passes N"), the last ones
+# fall in the measured loop, so its cycles get GPU figures.
 EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean", "fullev",
                  "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
-                 "fullcb", "dutycb", "ebpfwin", "probedetach", "graphquiet", "graphunsub", "graphfinal"]
+                 "fullcb", "dutycb", "ebpfwin", "probedetach", "graphquiet", "graphunsub", "graphfinal", "probecycles"]
 # The probe windows of ebpfwin and probedetach: a 2.5 % share, what 0.5 % on HF needs (h200.md §18d).
 PROBE_DUTY = "250ms/10s"
 LABEL = {
@@ -111,6 +114,7 @@ LABEL = {
     "graphquiet": "(c19) as (c4), 3 windows, then CUPTI's callbacks off, not finalized (--cupti-windows 3 --cupti-detach)",
     "graphunsub": "(c20) as (c19), and CUPTI unsubscribed (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe)",
     "graphfinal": "(c21) as (c19), windows on decode cycles (--cupti-duty-start cycles), CUPTI finalized if no graph was built while traced (experiment)",
+    "probecycles": "(c22) as (c18), 4 GPU windows of 500ms/4s opened on decode cycles (--cupti-duty-start cycles)",
     "calib": "calibration",
 }
 TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-profiler",
@@ -119,15 +123,16 @@ TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-pr
           "fullev": "cuda-events", "idlenoov": "none", "idleoff": "none", "dutynoov": "none",
           "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none", "fullnosub": "none",
           "fullcb": "none", "dutycb": "none", "ebpfwin": "none", "probedetach": "none",
-          "graphquiet": "none", "graphunsub": "none", "graphfinal": "none"}
+          "graphquiet": "none", "graphunsub": "none", "graphfinal": "none",
+          "probecycles": "none"}
 CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "fullev",
                  "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
-                 "fullcb", "dutycb", "probedetach", "graphquiet", "graphunsub", "graphfinal")
+                 "fullcb", "dutycb", "probedetach", "graphquiet", "graphunsub", "graphfinal", "probecycles")
 # Methods that trace the GPU 1 ms a minute, or not at all: no GPU figures expected.
 IDLE_METHODS = ("fullidle", "idlenoov", "idleoff", "idledetach")
 DETACH_METHODS = ("fulldetach", "fulldetachlong", "idledetach", "probedetach", "graphquiet", "graphunsub",
-                  "graphfinal")
-PROBE_METHODS = ("ebpfwin", "probedetach")
+                  "graphfinal", "probecycles")
+PROBE_METHODS = ("ebpfwin", "probedetach", "probecycles")
 SPECPROF_METHODS = ("ebpf", "ebpflean", "ebpfwin") + CUPTI_METHODS
 WORKLOADS = ["hf", "eagle-graph", "eagle-eager"]
 # The windows of (c4): a cycle has GPU figures only when it lies wholly inside one, so a window
@@ -148,7 +153,7 @@ NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows", "la
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
 EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0, "fullev": 10.0, "idlenoov": 10.0, "idleoff": 10.0, "dutynoov": 10.0,
              "fulldetach": 10.0, "fulldetachlong": 10.0, "idledetach": 10.0, "fullnosub": 10.0,
-             "fullcb": 10.0, "dutycb": 10.0, "ebpfwin": 5.0, "probedetach": 10.0, "graphquiet": 10.0, "graphunsub": 10.0, "graphfinal": 10.0,
+             "fullcb": 10.0, "dutycb": 10.0, "ebpfwin": 5.0, "probedetach": 10.0, "graphquiet": 10.0, "graphunsub": 10.0, "graphfinal": 10.0, "probecycles": 10.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
@@ -349,11 +354,14 @@ def specprof_cmd(a, method, w, outdir, inner):
         cmd += ["--cupti-duty", "500ms/5s"]
     if method == "probedetach":
         cmd += ["--cupti-duty", "500ms/2s"]
+    if method == "probecycles":
+        cmd += ["--cupti-duty", "500ms/4s"]
     if method in DETACH_METHODS:
         cmd += ["--cupti-windows", {"fulldetach": "6", "fulldetachlong": "2", "idledetach": "1", "probedetach": "2",
-                                    "graphquiet": "3", "graphunsub": "3", "graphfinal": "3"}[method],
+                                    "graphquiet": "3", "graphunsub": "3", "graphfinal": "3",
+                                    "probecycles": "4"}[method],
                 "--cupti-detach"]
-    if method == "graphfinal":
+    if method in ("graphfinal", "probecycles"):
         cmd += ["--cupti-duty-start", "cycles"]
     if method in PROBE_METHODS:
         cmd += ["--probe-duty", PROBE_DUTY]

@@ -252,6 +252,18 @@ class TestDriver(DryRunBase):
                 self.assertNotIn(w, cmd)
         self.assertIn("| (b3) specprof eBPF only, probes in windows (--probe-duty 250ms/10s) | 1 / 1 |", self.table())
 
+    def test_probe_cycles_method(self):
+        """(c22): 4 GPU windows opened on decode cycles, probes held, detach, then probe windows."""
+        r = self.suite("--workloads", "hf", "--methods", "none,probecycles", "--reps", "1")
+        self.assertEqual(r.returncode, 0, self.last_output)
+        runs = {x["method"]: x for x in self.rows() if x["method"] != "calib"}
+        self.assertEqual(runs["probecycles"]["status"], "ok", runs["probecycles"]["error"])
+        with open(os.path.join(self.out, "runs", runs["probecycles"]["run_id"], "cmd.txt")) as f:
+            cmd = f.read()
+        for w in ("--probe-duty 250ms/10s", "--cupti-duty 500ms/4s", "--cupti-windows 4", "--cupti-detach",
+                  "--cupti-duty-start cycles"):
+            self.assertIn(w, cmd)
+
     def test_graph_detach_methods(self):
         """(c19), (c20): 3 duty windows, then the detach of a graph process (callbacks off / unsubscribed)."""
         r = self.suite("--workloads", "eagle-graph", "--methods", "none,graphquiet,graphunsub,graphfinal", "--reps", "1")
