@@ -261,11 +261,8 @@ func (a *Agent) flushQuiet(now time.Time) {
 // server waits for requests. The library paces the windows (one per period
 // at most), so telling it once per agent tick is enough.
 func (a *Agent) requestWindows() {
-	h := a.gpu
-	if h == nil {
-		return
-	}
 	a.mu.Lock()
+	h := a.gpu
 	var ended map[int]uint64
 	for pid, p := range a.procs {
 		if p.lastCycleEnd != 0 {
@@ -276,7 +273,7 @@ func (a *Agent) requestWindows() {
 		}
 	}
 	a.mu.Unlock()
-	if ended == nil {
+	if h == nil || ended == nil {
 		return
 	}
 	var tell []*cupti.Conn
