@@ -35,6 +35,10 @@ func newAttachCmd() *cobra.Command {
 				return fmt.Errorf("--cupti on: attach cannot inject the CUPTI library into a running process; " +
 					"start it under `specprof run` for GPU-side records, or attach with --cupti off")
 			}
+			if f.dutyFrom != "now" {
+				return fmt.Errorf("--cupti-duty-start %s: attach cannot change when a running process's CUPTI library opens its windows; "+
+					"start the process with SPECPROF_CUPTI_DUTY_START=cycles in its environment (every session tells its library when cycles run)", f.dutyFrom)
+			}
 			s, err := newSession(&f, os.Stdout)
 			if err != nil {
 				return err

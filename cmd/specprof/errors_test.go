@@ -115,6 +115,10 @@ func TestBadInput(t *testing.T) {
 		out, err := runBin(t, nil, "attach", "--pid", itoa(sleep.Process.Pid), "--cupti", "on", "-o", t.TempDir())
 		wantErr(t, out, err, "--cupti on: attach cannot inject the CUPTI library", "specprof run")
 	})
+	t.Run("attach duty start", func(t *testing.T) {
+		out, err := runBin(t, nil, "attach", "--pid", itoa(os.Getpid()), "--cupti-duty-start", "cycles", "-o", t.TempDir())
+		wantErr(t, out, err, "--cupti-duty-start cycles: attach cannot change", "SPECPROF_CUPTI_DUTY_START=cycles")
+	})
 	t.Run("unsupported python", func(t *testing.T) {
 		py := "/root/.pyenv/versions/3.9.18/bin/python3"
 		if _, err := os.Stat(py); err != nil {
