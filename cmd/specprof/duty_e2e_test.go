@@ -267,11 +267,17 @@ func checkPartlyTraced(t *testing.T, p *agent.ProcessReport, cycles int) {
 // target's), and returns the report, what the mock CUPTI did and the output.
 func runGraphMock(t *testing.T, cycles int, env []string, flags ...string) (agent.Report, dutyMockStats, []byte) {
 	t.Helper()
+	return runMock(t, []string{"--cycles", fmt.Sprint(cycles), "--mode", "graph"}, env, flags...)
+}
+
+// runMock runs sglang_demo.py with workload args under specprof run with
+// flags, as runGraphMock.
+func runMock(t *testing.T, workload, env []string, flags ...string) (agent.Report, dutyMockStats, []byte) {
+	t.Helper()
 	injLib, mockCupti, std, bin, root := standins(t)
 	dir := t.TempDir()
 	args := append([]string{"run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib}, flags...)
-	args = append(args, "--", "python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"),
-		"--cycles", fmt.Sprint(cycles), "--mode", "graph")
+	args = append(append(args, "--", "python3", filepath.Join(root, "testdata/workloads/sglang_demo.py")), workload...)
 	cmd := exec.Command(bin, args...)
 	mockStats := filepath.Join(dir, "mock.json")
 	cmd.Env = append(append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti,
@@ -742,17 +748,9 @@ func TestCUPTIDutyStuckCorrelation(t *testing.T) {
 // and the report says why.
 func TestCUPTIDutyStartCycles(t *testing.T) {
 	t.Run("no-cycles", func(t *testing.T) {
-		injLib, mockCupti, std, bin, root := standins(t)
-		dir := t.TempDir()
-		cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
-			"--preset", "hf-assisted", "--cupti-duty", "100ms/300ms", "--cupti-duty-start", "cycles", "--",
-			"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", "100", "--mode", "eager")
-		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("specprof run: %v\n%s", err, out)
-		}
-		p := readReport(t, dir).Processes[0]
+		rep, _, out := runMock(t, []string{"--cycles", "100", "--mode", "eager"}, nil,
+			"--preset", "hf-assisted", "--cupti-duty", "100ms/300ms", "--cupti-duty-start", "cycles")
+		p := rep.Processes[0]
 		if p.GPU == nil || p.Duty != nil && p.Duty.Windows != 0 || !strings.Contains(strings.Join(p.Problems, "\n"), "no GPU tracing window opened") {
 			t.Errorf("report: GPU %+v, duty %+v, problems %q: want a connected library, no window and the problem stated", p.GPU, p.Duty, p.Problems)
 		}
@@ -762,19 +760,9 @@ func TestCUPTIDutyStartCycles(t *testing.T) {
 	})
 	for _, start := range []string{"now", "cycles"} {
 		t.Run(start, func(t *testing.T) {
-			injLib, mockCupti, std, bin, root := standins(t)
-			dir := t.TempDir()
 			const cycles = 300
-			cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib,
-				"--cupti-duty", "100ms/300ms", "--cupti-windows", "2", "--cupti-duty-start", start, "--",
-				"python3", filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", fmt.Sprint(cycles),
-				"--mode", "eager", "--warmup-s", "1.5")
-			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti)
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("specprof run: %v\n%s", err, out)
-			}
-			rep := readReport(t, dir)
+			rep, _, _ := runMock(t, []string{"--cycles", fmt.Sprint(cycles), "--mode", "eager", "--warmup-s", "1.5"}, nil,
+				"--cupti-duty", "100ms/300ms", "--cupti-windows", "2", "--cupti-duty-start", start)
 			p := rep.Processes[0]
 			if p.Duty == nil || p.Duty.Windows != 2 {
 				t.Fatalf("duty %+v: want 2 windows", p.Duty)
