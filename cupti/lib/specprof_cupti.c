@@ -93,10 +93,8 @@ static struct {
     uint32_t max_windows; /* SPECPROF_CUPTI_WINDOWS=N: at most N duty windows; 0: no limit */
     /* SPECPROF_CUPTI_GRAPH_DETACH: what a detach does in a process that built CUDA graphs, which
      * cuptiFinalize breaks (see g_graphs): "quiet" (default) turns every callback off and stays
-     * subscribed; "unsubscribe" also drops the subscription (cuptiUnsubscribe, no finalize);
-     * "finalize-untraced" (an experiment, h200.md §20f) finalizes when every graph was built while
-     * no GPU activity kind was on, else quiet. */
-    enum { GD_QUIET, GD_UNSUBSCRIBE, GD_FINALIZE_UNTRACED } graph_detach;
+     * subscribed; "unsubscribe" also drops the subscription (cuptiUnsubscribe, no finalize). */
+    int graph_unsub;
     /* SPECPROF_CUPTI_DUTY_START=cycles: a duty window opens only when the agent says the process is
      * running its decode cycles (SPW_CMD_WINDOW), no sooner than a period after the last one opened;
      * "now" (default): the first window opens as soon as an agent listens. Windows at start fall on
@@ -209,11 +207,9 @@ static void read_config(void) {
     const char *gd = getenv("SPECPROF_CUPTI_GRAPH_DETACH");
     if (gd && *gd && strcmp(gd, "quiet")) {
         if (!strcmp(gd, "unsubscribe"))
-            cfg.graph_detach = GD_UNSUBSCRIBE;
-        else if (!strcmp(gd, "finalize-untraced"))
-            cfg.graph_detach = GD_FINALIZE_UNTRACED;
+            cfg.graph_unsub = 1;
         else
-            logmsg("SPECPROF_CUPTI_GRAPH_DETACH=%s: want quiet, unsubscribe or finalize-untraced; using quiet", gd);
+            logmsg("SPECPROF_CUPTI_GRAPH_DETACH=%s: want quiet or unsubscribe; using quiet", gd);
     }
     cfg.duty_mask = getenv("SPECPROF_CUPTI_DUTY_KINDS") ? parse_kinds(getenv("SPECPROF_CUPTI_DUTY_KINDS")) : K_ALL | K_GRAPH;
     cfg.no_launch_cb = env_u64("SPECPROF_CUPTI_LAUNCH_CALLBACKS", 1, 0, 1) == 0;
@@ -322,15 +318,9 @@ static atomic_ullong g_duty_stopped;
 /* A CUDA graph node was created or cloned while CUPTI was subscribed. Launches of such graphs fail
  * once CUPTI is finalized (all 12 graph-loop runs that detached after graph capture on the H200,
  * CUPTI 13.0.85; PyTorch's profiler skips its CUPTI teardown when graphs are used, pytorch#112507),
- * so a process with graphs is never finalized: its detach turns CUPTI quiet instead (quiet_cupti). */
+ * also when the graphs were captured before any window and only replayed in one (3 of 3 runs,
+ * h200.md §21a), so a process with graphs is never finalized: its detach turns CUPTI quiet instead (quiet_cupti). */
 static atomic_int g_graphs;
-/* A graph node was created or cloned while CUPTI's GPU kinds were on (or being switched). Whether
- * cuptiFinalize breaks only such graphs is what SPECPROF_CUPTI_GRAPH_DETACH=finalize-untraced tries. */
-static atomic_int g_graphs_traced;
-/* Whether the graphs built so far rule the finalize out (see g_graphs). */
-static int graphs_block_finalize(void) {
-    return atomic_load(&g_graphs) && (cfg.graph_detach != GD_FINALIZE_UNTRACED || atomic_load(&g_graphs_traced));
-}
 static const char refused_msg[] = "not finalizing CUPTI: this process has built CUDA graphs, whose launches fail after "
                                   "cuptiFinalize; every CUPTI callback turned off instead";
 
@@ -602,8 +592,6 @@ static void on_callback(void *ud, uint32_t domain, spc_cbid cbid, const void *da
         (cbid != SPC_CBID_RESOURCE_GRAPHNODE_CREATED && cbid != SPC_CBID_RESOURCE_GRAPHNODE_CLONED))
         return;
     if (!atomic_load_explicit(&g_graphs, memory_order_relaxed)) atomic_store(&g_graphs, 1);
-    if ((atomic_load(&g_gpu_on) || atomic_load(&g_gs) != GS_IDLE) && !atomic_load(&g_graphs_traced))
-        atomic_store(&g_graphs_traced, 1);
     const struct spc_resource_data *rd = data;
     const struct spc_graph_data *gd = rd->resourceDescriptor;
     if (!gd || !C.GetGraphNodeId) return;
@@ -1419,7 +1407,7 @@ static void send_graph_nodes(void) {
 
 /* Runs on the application thread that took the detach request, in its API exit callback. */
 static void finalize_here(void) {
-    if (graphs_block_finalize()) { /* a graph was built after the request: refuse (see g_graphs) */
+    if (atomic_load(&g_graphs)) { /* a graph was built after the request: refuse (see g_graphs) */
         atomic_store(&g_detach_refused, 1);
         atomic_store(&g_cs, CS_ATTACHED);
     } else {
@@ -1444,7 +1432,7 @@ static void finalize_here(void) {
 
 /* The detach of a process that built CUDA graphs (sender, cupti_mu held, nothing enabled): no
  * cuptiFinalize (see g_graphs), but every callback off, so that CUPTI's callbacks no longer run in
- * the application's CUDA calls; with GD_UNSUBSCRIBE the subscription goes as well. Final, as a
+ * the application's CUDA calls; with cfg.graph_unsub the subscription goes as well. Final, as a
  * detach: from here on nothing calls CUPTI (CS_DETACHED). */
 static void quiet_cupti(void) {
     (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
@@ -1456,7 +1444,7 @@ static void quiet_cupti(void) {
     atomic_store(&g_cb_api, 0);
     g_cb_on = 0;
     g_gs_cb = 0;
-    int unsub = ok && cfg.graph_detach == GD_UNSUBSCRIBE && C.Unsubscribe(g_sub) == SPC_SUCCESS;
+    int unsub = ok && cfg.graph_unsub && C.Unsubscribe(g_sub) == SPC_SUCCESS;
     if (!ok) LOG_ONCE(L_DETACH, "cuptiEnableDomain failed while turning CUPTI's callbacks off; CUPTI stays attached");
     else logmsg("%s%s", refused_msg, unsub ? ", and unsubscribed" : "");
     atomic_store(&g_detach_refused, 1);
@@ -1476,14 +1464,11 @@ static void request_detach(void) {
         g_detach_off = 1;
         return;
     }
-    if (graphs_block_finalize()) {
+    if (atomic_load(&g_graphs)) {
         quiet_cupti();
         g_detach_off = 1;
         return;
     }
-    if (atomic_load(&g_graphs))
-        logmsg("SPECPROF_CUPTI_GRAPH_DETACH=finalize-untraced: finalizing CUPTI although this process built CUDA "
-               "graphs, none of them while GPU activity was traced (an experiment: such graphs' launches may fail)");
     (void)C.ActivityFlushAll(SPC_FLUSH_FORCED);
     drain_buffers();
     if (C.EnableDomain(1, g_sub, SPC_DOMAIN_DRIVER_API) != SPC_SUCCESS ||

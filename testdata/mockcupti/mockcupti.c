@@ -23,8 +23,6 @@
  *     into it while detached (real CUPTI would initialise itself again, without a subscriber).
  *     It also counts finalizes after a graph node was created while subscribed: on the H200
  *     (CUPTI 13.0.85) such graphs' launches failed once CUPTI was finalized.
- *     And, apart, finalizes after a graph node was created or cloned while kernels were traced
- *     (SPECPROF_CUPTI_GRAPH_DETACH=finalize-untraced finalizes only without those).
  *
  * Ids: context ids count contexts from 1 in order of first use; stream ids are the simulator's
  * stream_id; graph ids the simulator's graph_id. Graph node ids: a captured node is
@@ -186,8 +184,6 @@ static atomic_ullong n_subscribes, n_finalizes, n_finalize_outside_exit, n_calls
 static atomic_ullong n_unsubscribes;
 static atomic_int unsubscribed; /* cuptiUnsubscribe ran: calls into the subscription count as calls while detached */
 static atomic_int graphs_under_cupti; /* a graph node was created while subscribed */
-static atomic_int graphs_traced;      /* a graph node was created or cloned while kernels were traced */
-static atomic_ullong n_finalize_with_traced_graphs;
 static atomic_int detached;              /* finalized and not subscribed again */
 static __thread int t_in_exit_callback;  /* inside a driver API exit callback */
 
@@ -664,7 +660,6 @@ static void on_gpu_op(const simgpu_gpu_rec *r) {
                                             .originalNode = NODE_HANDLE(orig_node_id(r->graph_id, r->node_id)),
                                             .nodeType = 0};
                 struct mock_resource_data rd = {.resourceDescriptor = &g};
-                if (sub.subscribed && atomic_load(&kind_on[KIND_CONCURRENT_KERNEL])) atomic_store(&graphs_traced, 1);
                 fire(DOM_RESOURCE, CB_GRAPHNODE_CLONED, &rd);
             }
         }
@@ -738,7 +733,6 @@ static void on_graph_node(const simgpu_graph_node_rec *g) {
     struct mock_resource_data rd = {.resourceDescriptor = &d};
     pthread_mutex_lock(&mu);
     if (sub.subscribed) atomic_store(&graphs_under_cupti, 1);
-    if (sub.subscribed && atomic_load(&kind_on[KIND_CONCURRENT_KERNEL])) atomic_store(&graphs_traced, 1);
     pthread_mutex_unlock(&mu);
     fire(DOM_RESOURCE, CB_GRAPHNODE_CREATED, &rd);
 }
@@ -761,7 +755,7 @@ static void write_stats(void) {
             "\"resource_callbacks\":%llu,\"buffers_delivered\":%llu,\"flushes\":%llu,\"subscribes\":%llu,"
             "\"finalizes\":%llu,\"finalize_outside_exit_callback\":%llu,\"calls_while_detached\":%llu,"
             "\"finalize_with_graphs\":%llu,\"gpu_switch_in_graph_launch\":%llu,\"gpu_switch_in_flight\":%llu,"
-            "\"stuck_correlation_id\":%llu,\"unsubscribes\":%llu,\"callbacks_enabled_at_exit\":%llu,\"finalize_with_traced_graphs\":%llu,\"warnings\":[",
+            "\"stuck_correlation_id\":%llu,\"unsubscribes\":%llu,\"callbacks_enabled_at_exit\":%llu,\"warnings\":[",
             cfg.version, atomic_load(&ever_enabled) ? "true" : "false",
             (unsigned long long)n_records[KIND_CONCURRENT_KERNEL], (unsigned long long)n_records[KIND_MEMCPY],
             (unsigned long long)n_records[KIND_MEMSET], (unsigned long long)n_records[KIND_DRIVER],
@@ -773,7 +767,7 @@ static void write_stats(void) {
             (unsigned long long)n_finalize_outside_exit, (unsigned long long)n_calls_detached,
             (unsigned long long)n_finalize_with_graphs, (unsigned long long)n_gpu_switch_in_launch,
             (unsigned long long)n_gpu_switch_in_flight, (unsigned long long)atomic_load(&stuck_id),
-            (unsigned long long)n_unsubscribes, cb_on, (unsigned long long)n_finalize_with_traced_graphs);
+            (unsigned long long)n_unsubscribes, cb_on);
     for (int i = 0; i < nwarn; i++) fprintf(f, "%s\"%s\"", i ? "," : "", warnings[i]);
     fprintf(f, "]}\n");
     fclose(f);
@@ -1047,7 +1041,6 @@ EXPORT CUptiResult cuptiFinalize(void) {
         atomic_fetch_add(&n_finalize_outside_exit, 1);
         warn("cuptiFinalize called outside an API exit callback");
     }
-    if (atomic_load(&graphs_traced)) atomic_fetch_add(&n_finalize_with_traced_graphs, 1);
     if (atomic_load(&graphs_under_cupti)) {
         atomic_fetch_add(&n_finalize_with_graphs, 1);
         warn("cuptiFinalize after CUDA graphs were built under CUPTI: their launches fail on real CUPTI");
