@@ -73,15 +73,14 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # detached, and the probes in windows from then on.
 # graphquiet, graphunsub: 3 windows of (c4), then the detach of a process that built CUDA graphs (not
 # finalized, h200.md §11): every CUPTI callback off, and (graphunsub) the subscription dropped too
-# (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe). graphfinal: an experiment, the windows opened on decode
-# cycles (after graph capture) and CUPTI finalized if no graph was built while kernels were traced
-# (SPECPROF_CUPTI_GRAPH_DETACH=finalize-untraced): do such graphs survive the finalize?
+# (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe). (c21), a finalize when no graph was built while traced,
+# broke the graph loop in 3 of 3 runs (h200.md §21a) and is gone from the library.
 # probecycles: probedetach with 4 GPU windows of 500ms/4s that open only on decode cycles
 # (--cupti-duty-start cycles): with HF's loop made long (--hf-args "--loop-passes N"), the last ones
 # fall in the measured loop, so its cycles get GPU figures.
 EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean", "fullev",
                  "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
-                 "fullcb", "dutycb", "ebpfwin", "probedetach", "graphquiet", "graphunsub", "graphfinal", "probecycles"]
+                 "fullcb", "dutycb", "ebpfwin", "probedetach", "graphquiet", "graphunsub", "probecycles"]
 # The probe windows of ebpfwin and probedetach: a 2.5 % share, what 0.5 % on HF needs (h200.md §18d).
 PROBE_DUTY = "250ms/10s"
 LABEL = {
@@ -113,7 +112,6 @@ LABEL = {
     "probedetach": "(c18) GPU tracing in 2 windows (probes held), CUPTI detached, then probes in windows (--probe-duty %s)" % PROBE_DUTY,
     "graphquiet": "(c19) as (c4), 3 windows, then CUPTI's callbacks off, not finalized (--cupti-windows 3 --cupti-detach)",
     "graphunsub": "(c20) as (c19), and CUPTI unsubscribed (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe)",
-    "graphfinal": "(c21) as (c19), windows on decode cycles (--cupti-duty-start cycles), CUPTI finalized if no graph was built while traced (experiment)",
     "probecycles": "(c22) as (c18), 4 GPU windows of 500ms/4s opened on decode cycles (--cupti-duty-start cycles)",
     "calib": "calibration",
 }
@@ -123,15 +121,15 @@ TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-pr
           "fullev": "cuda-events", "idlenoov": "none", "idleoff": "none", "dutynoov": "none",
           "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none", "fullnosub": "none",
           "fullcb": "none", "dutycb": "none", "ebpfwin": "none", "probedetach": "none",
-          "graphquiet": "none", "graphunsub": "none", "graphfinal": "none",
+          "graphquiet": "none", "graphunsub": "none",
           "probecycles": "none"}
 CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "fullev",
                  "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
-                 "fullcb", "dutycb", "probedetach", "graphquiet", "graphunsub", "graphfinal", "probecycles")
+                 "fullcb", "dutycb", "probedetach", "graphquiet", "graphunsub", "probecycles")
 # Methods that trace the GPU 1 ms a minute, or not at all: no GPU figures expected.
 IDLE_METHODS = ("fullidle", "idlenoov", "idleoff", "idledetach")
 DETACH_METHODS = ("fulldetach", "fulldetachlong", "idledetach", "probedetach", "graphquiet", "graphunsub",
-                  "graphfinal", "probecycles")
+                  "probecycles")
 PROBE_METHODS = ("ebpfwin", "probedetach", "probecycles")
 SPECPROF_METHODS = ("ebpf", "ebpflean", "ebpfwin") + CUPTI_METHODS
 WORKLOADS = ["hf", "eagle-graph", "eagle-eager"]
@@ -153,7 +151,7 @@ NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows", "la
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
 EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0, "fullev": 10.0, "idlenoov": 10.0, "idleoff": 10.0, "dutynoov": 10.0,
              "fulldetach": 10.0, "fulldetachlong": 10.0, "idledetach": 10.0, "fullnosub": 10.0,
-             "fullcb": 10.0, "dutycb": 10.0, "ebpfwin": 5.0, "probedetach": 10.0, "graphquiet": 10.0, "graphunsub": 10.0, "graphfinal": 10.0, "probecycles": 10.0,
+             "fullcb": 10.0, "dutycb": 10.0, "ebpfwin": 5.0, "probedetach": 10.0, "graphquiet": 10.0, "graphunsub": 10.0, "probecycles": 10.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
@@ -346,7 +344,7 @@ def specprof_cmd(a, method, w, outdir, inner):
         cmd += ["--cpu-hz", "0", "--pprof=false", "--perfetto=false"]
     if method in IDLE_METHODS:
         cmd += ["--cupti-duty", "1ms/60s"]
-    if method in ("fullduty", "dutynoov", "fulldetach", "dutycb", "graphquiet", "graphunsub", "graphfinal"):
+    if method in ("fullduty", "dutynoov", "fulldetach", "dutycb", "graphquiet", "graphunsub"):
         cmd += ["--cupti-duty", DUTY[FAMILY[w]]]
     if method == "fullgraph":
         cmd += ["--cupti-graphs", "graph"]
@@ -358,10 +356,10 @@ def specprof_cmd(a, method, w, outdir, inner):
         cmd += ["--cupti-duty", "500ms/4s"]
     if method in DETACH_METHODS:
         cmd += ["--cupti-windows", {"fulldetach": "6", "fulldetachlong": "2", "idledetach": "1", "probedetach": "2",
-                                    "graphquiet": "3", "graphunsub": "3", "graphfinal": "3",
+                                    "graphquiet": "3", "graphunsub": "3",
                                     "probecycles": "4"}[method],
                 "--cupti-detach"]
-    if method in ("graphfinal", "probecycles"):
+    if method == "probecycles":
         cmd += ["--cupti-duty-start", "cycles"]
     if method in PROBE_METHODS:
         cmd += ["--probe-duty", PROBE_DUTY]
@@ -682,8 +680,6 @@ class Suite:
             env["SPECPROF_CUPTI_GRAPH_DETACH"] = "unsubscribe"
         elif method == "graphquiet":
             env["SPECPROF_CUPTI_GRAPH_DETACH"] = "quiet"
-        elif method == "graphfinal":
-            env["SPECPROF_CUPTI_GRAPH_DETACH"] = "finalize-untraced"
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -1218,6 +1214,9 @@ METHOD_METRICS = [("cudaev", "gpu_elapsed"), ("full", "gpu_active"), ("full", "g
                   ("fullev", "gpu_busy"), ("fullgraph", "gpu_active"), ("fullgraph", "gpu_elapsed_sp"), ("fullgraph", "gpu_host_gap"),
                   ("ebpf", "cpu_span"), ("ebpf", "sync_wait"), ("ebpf", "cpu_sampled"), ("torchprof", "gpu_span"), ("torchprof", "gpu_busy"),
                   ("torchprof", "gpu_kernel"), ("v3", "wall_sync"), ("v4", "wall")]
+# The figures shown for any other specprof method that has them (the sampled and duty modes: their
+# GPU figures are those of the cycles their windows measured).
+OTHER_METHOD_METRICS = ["gpu_active", "gpu_elapsed_sp", "cpu_span"]
 COMPARE_TO_TRUTH = {"gpu_span", "gpu_busy", "gpu_kernel", "gpu_active", "gpu_elapsed_sp", "wall_sync", "wall"}
 
 
@@ -1247,7 +1246,9 @@ def phase_table(wr):
          "the CUDA events of its own runs; Σ: the sum of the row's medians):", "",
          "| method | figure | " + " | ".join(order) + " | Σ |",
          "|---|---|" + "---|" * (len(order) + 1)]
-    for m, metric in METHOD_METRICS:
+    listed = {m for m, _ in METHOD_METRICS}
+    others = [(m, metric) for m in METHODS + EXTRA_METHODS if m not in listed for metric in OTHER_METHOD_METRICS]
+    for m, metric in METHOD_METRICS + others:
         if not any((m, metric, ph) in vals for ph in order):
             continue
         cells, tot = [], 0.0

@@ -493,6 +493,19 @@ class TestReport(unittest.TestCase):
                                                       "gpu_busy_ms": 0.5, "gpu_kernel_ms": 0.6}}}}
         self.assertEqual(suite.phase_metrics("torchprof", res, None)["spec.draft"]["gpu_busy"], 0.5)
 
+    def test_phase_table_shows_sampled_methods(self):
+        """A sampled method's GPU figures (from its windows) are in the per-phase table, not only (c)'s."""
+        def row(method, phases):
+            return {"method": method, "status": "ok", "tok_s": "1", "phases_json": json.dumps(phases)}
+        L = "\n".join(suite.phase_table([
+            row("cudaev", {"spec.verify": {"gpu_elapsed": 2.0, "n": 10}}),
+            row("probecycles", {"spec.verify": {"gpu_active": 2.01, "gpu_elapsed_sp": 2.02, "cpu_span": 3.0,
+                                                "gpu_busy": 1.9, "n": 12}}),
+            row("none", {})]))
+        got = [x for x in L.split("\n") if x.startswith("| " + suite.LABEL["probecycles"])]
+        self.assertEqual([x.split(" | ")[1] for x in got], ["gpu active", "gpu elapsed", "cpu span"], L)
+        self.assertIn("2.010 (+0.5 %, +10 µs)", got[0])
+
 
 # ------------------------------------------------------------------ a tiny fake torch
 
