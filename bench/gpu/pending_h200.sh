@@ -144,6 +144,13 @@
 #              cycles (probecycles, c22): the last ones fall in the loop. none / probecycles, 2 reps (about
 #              5 minutes). Its per-phase GPU figures against (g) CUDA events need a cudaev run too (add it
 #              when time allows).
+#   s22        (issue 6) prepared in session 17: the graph loop's cost after a graph process's detach, more
+#              runs (s17 -2.8 %, s20 -1.6 % for graphquiet): none / graphquiet / graphunsub, 5 reps (about
+#              4 minutes); then the eager loop's sampled mode over a loop long enough to amortise its GPU
+#              windows (30,000 cycles, about 50 s): none / probedetach, 2 reps (about 5 minutes).
+#   s23        (issue 6) prepared in session 17: the GPU figures of the sampled modes against CUDA events: the
+#              graph loop none / graphquiet (c19) / cudaev (g), 3 reps, and the eager loop of s19 (8,000
+#              cycles) cudaev, 2 reps, against s19's probedetach (c18) windows (about 5 minutes).
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -488,12 +495,28 @@ s21)
   grep -A4 "^| method | runs" /tmp/hf21/table.md | head -5
   grep -A8 "^Per-phase" /tmp/hf21/table.md | head -10
   ;;
+s22)
+  suite graph22 --workloads eagle-graph --methods none,graphquiet,graphunsub \
+    --eagle-cycles 6000 --reps 5 --budget-s ${S22_GRAPH_BUDGET_S:-250} --run-timeout-s 45
+  grep -A5 "^| method | runs" /tmp/graph22/table.md | head -6
+  suite eager22 --workloads eagle-eager --methods none,probedetach --eagle-cycles 30000 \
+    --reps 2 --budget-s ${S22_EAGER_BUDGET_S:-290} --run-timeout-s 120
+  grep -A4 "^| method | runs" /tmp/eager22/table.md | head -5
+  grep "CUPTI detached" /tmp/eager22/table.md | head -2
+  ;;
+s23)
+  suite graph23 --workloads eagle-graph --methods none,graphquiet,cudaev \
+    --eagle-cycles 6000 --reps 3 --budget-s ${S23_GRAPH_BUDGET_S:-220} --run-timeout-s 45
+  grep -A5 "^| method | runs" /tmp/graph23/table.md | head -5
+  suite eager23 --workloads eagle-eager --methods cudaev --eagle-cycles 8000 \
+    --reps 2 --budget-s ${S23_EAGER_BUDGET_S:-120} --run-timeout-s 90
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|s17|s18|s19|s20|s21|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|s17|s18|s19|s20|s21|s22|s23|guard" >&2
   exit 2
   ;;
 esac
