@@ -46,6 +46,9 @@
  *                                   callbacks alike, is the next driver call's: what CUPTI 13.0
  *                                   did on the H200 after its API kinds were switched by windows
  *                                   (docs/benchmarks/h200.md §16c)
+ *   SPECPROF_MOCK_CUPTI_SWITCH_DELAY_US=n  cuptiActivityEnable/Disable return n µs after switching
+ *                                   their kind: the switching thread preempted between two kinds,
+ *                                   while other threads' calls go on
  */
 #define _GNU_SOURCE
 #include "mock_layouts.h"
@@ -110,6 +113,7 @@ static struct {
      * start in the first ON_MS of every PERIOD_MS, as CUPTI did on the H200 in some windows. */
     uint64_t drop_on_ns, drop_period_ns;
     int stuck_corr; /* SPECPROF_MOCK_CUPTI_STUCK_CORR=1 */
+    unsigned switch_delay_us; /* SPECPROF_MOCK_CUPTI_SWITCH_DELAY_US */
 } cfg;
 
 /* SPECPROF_MOCK_CUPTI_STUCK_CORR: enables of the DRIVER kind so far, whether the next driver call's
@@ -793,6 +797,8 @@ static void init(void) {
     if (da && sscanf(da, "%llu/%llu", &don, &dper) == 2 && dper > don)
         cfg.drop_on_ns = don * 1000000ull, cfg.drop_period_ns = dper * 1000000ull;
     cfg.stuck_corr = getenv("SPECPROF_MOCK_CUPTI_STUCK_CORR") && !strcmp(getenv("SPECPROF_MOCK_CUPTI_STUCK_CORR"), "1");
+    const char *sd = getenv("SPECPROF_MOCK_CUPTI_SWITCH_DELAY_US");
+    cfg.switch_delay_us = sd && *sd ? (unsigned)strtoul(sd, NULL, 10) : 0;
     const char *sp = getenv("SPECPROF_MOCK_CUPTI_STATS");
     if (sp) snprintf(cfg.stats_path, sizeof cfg.stats_path, "%s", sp);
     struct timespec r;
@@ -924,6 +930,7 @@ EXPORT CUptiResult cuptiActivityEnable(uint32_t kind) {
         atomic_store(&stuck_armed, 1);
     atomic_store(&kind_on[kind], 1);
     atomic_store(&ever_enabled, 1);
+    if (cfg.switch_delay_us) usleep(cfg.switch_delay_us);
     return CUPTI_SUCCESS;
 }
 
@@ -932,6 +939,7 @@ EXPORT CUptiResult cuptiActivityDisable(uint32_t kind) {
     if (kind >= KIND_MAX || !kind_supported(kind)) return CUPTI_ERROR_NOT_SUPPORTED;
     note_switch(kind);
     atomic_store(&kind_on[kind], 0);
+    if (cfg.switch_delay_us) usleep(cfg.switch_delay_us);
     return CUPTI_SUCCESS;
 }
 
