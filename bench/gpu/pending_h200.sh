@@ -151,6 +151,9 @@
 #   s23        (issue 6) prepared in session 17: the GPU figures of the sampled modes against CUDA events: the
 #              graph loop none / graphquiet (c19) / cudaev (g), 3 reps, and the eager loop of s19 (8,000
 #              cycles) cudaev, 2 reps, against s19's probedetach (c18) windows (about 5 minutes).
+#   s24        (issue 6) prepared in session 17: a check of the switch order (the GPU kinds on last, off
+#              first) on the real driver: duty windows (c4) on the graph and eager loops, 2 reps, against
+#              none; the table's lost-events column and the reports' launches without API record.
 #   guard      (issue 6) --cupti-detach on the graph loop after the detach guard (session 7): 3 runs
 #              of 6 windows (the detach is due after graph capture: refused, CUPTI stays attached)
 #              and 2 of 1 window at start (due before graph capture: detached); bench/gpu/crashhunt.sh.
@@ -511,12 +514,17 @@ s23)
   suite eager23 --workloads eagle-eager --methods cudaev --eagle-cycles 8000 \
     --reps 2 --budget-s ${S23_EAGER_BUDGET_S:-120} --run-timeout-s 90
   ;;
+s24)
+  suite graph24 --workloads eagle-graph,eagle-eager --methods none,fullduty --eagle-cycles 3000 \
+    --reps 2 --budget-s ${S24_BUDGET_S:-200} --run-timeout-s 45
+  grep -A4 "^| method | runs" /tmp/graph24/table.md
+  ;;
 guard)
   OUT=$OUT/guard-late bash bench/gpu/crashhunt.sh 3 3000 -- --cupti-duty 100ms/1s --cupti-windows 6 --cupti-detach
   OUT=$OUT/guard-early bash bench/gpu/crashhunt.sh 2 3000 -- --cupti-duty 1ms/60s --cupti-windows 1 --cupti-detach
   ;;
 *)
-  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|s17|s18|s19|s20|s21|s22|s23|guard" >&2
+  echo "usage: $0 accuracy|standing|hf|detach|graphacc|hostgap|eagerv4|s8|s9|s9b|s9c|s9d|s9e|s9f|s10|s10b|s10c|s10d|s11|s11b|s11c|s12|s12b|s12c|s12d|s12e|s12f|s12g|s13|s13b|s13c|s14|s14b|s14c|s14d|s15|s16|s17|s18|s19|s20|s21|s22|s23|s24|guard" >&2
   exit 2
   ;;
 esac
