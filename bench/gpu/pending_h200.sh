@@ -139,6 +139,8 @@
 #              the capture), then CUPTI finalized (graphfinal, SPECPROF_CUPTI_GRAPH_DETACH=finalize-untraced),
 #              against none / ebpf / graphquiet, 3 reps (about 6 minutes). A run whose graphs fail after the
 #              finalize fails (tokens, rc); if none does, its cost should fall to about -1 % (c14).
+#              Ran in session 17: all 3 graphfinal runs failed, and the mode and the suite's graphfinal
+#              are gone (h200.md §21a); the entry stays as the command that was run.
 #   s21        (issue 6) prepared in session 16: the sampled mode with GPU figures of HF's steady state. The
 #              measured loop made 8 passes long (about 15 s) and 4 GPU windows of 500ms/4s opened on decode
 #              cycles (probecycles, c22): the last ones fall in the loop. none / probecycles, 2 reps (about
