@@ -159,6 +159,16 @@ static uint64_t env_u64(const char *name, uint64_t def, uint64_t lo, uint64_t hi
     return v;
 }
 
+/* A variable that picks one of two words: 1 for `alt`, 0 for `def`, unset or anything else (logged,
+ * with what happens instead). */
+static int env_choice(const char *name, const char *def, const char *alt, const char *instead) {
+    const char *s = getenv(name);
+    if (!s || !*s || !strcmp(s, def)) return 0;
+    if (!strcmp(s, alt)) return 1;
+    logmsg("%s=%s: want %s or %s; %s", name, s, def, alt, instead);
+    return 0;
+}
+
 static uint32_t parse_kinds(const char *s) {
     if (!s || !*s) return K_ALL;
     uint32_t k = 0;
@@ -197,20 +207,8 @@ static void read_config(void) {
     cfg.all_api = getenv("SPECPROF_CUPTI_API") && !strcmp(getenv("SPECPROF_CUPTI_API"), "all");
     cfg.detach = env_u64("SPECPROF_CUPTI_DETACH", 0, 0, 1) != 0;
     cfg.max_windows = (uint32_t)env_u64("SPECPROF_CUPTI_WINDOWS", 0, 0, 1u << 30);
-    const char *ds = getenv("SPECPROF_CUPTI_DUTY_START");
-    if (ds && *ds && strcmp(ds, "now")) {
-        if (!strcmp(ds, "cycles"))
-            cfg.duty_gated = 1;
-        else
-            logmsg("SPECPROF_CUPTI_DUTY_START=%s: want now or cycles; opening windows from the start", ds);
-    }
-    const char *gd = getenv("SPECPROF_CUPTI_GRAPH_DETACH");
-    if (gd && *gd && strcmp(gd, "quiet")) {
-        if (!strcmp(gd, "unsubscribe"))
-            cfg.graph_unsub = 1;
-        else
-            logmsg("SPECPROF_CUPTI_GRAPH_DETACH=%s: want quiet or unsubscribe; using quiet", gd);
-    }
+    cfg.duty_gated = env_choice("SPECPROF_CUPTI_DUTY_START", "now", "cycles", "opening windows from the start");
+    cfg.graph_unsub = env_choice("SPECPROF_CUPTI_GRAPH_DETACH", "quiet", "unsubscribe", "using quiet");
     cfg.duty_mask = getenv("SPECPROF_CUPTI_DUTY_KINDS") ? parse_kinds(getenv("SPECPROF_CUPTI_DUTY_KINDS")) : K_ALL | K_GRAPH;
     cfg.no_launch_cb = env_u64("SPECPROF_CUPTI_LAUNCH_CALLBACKS", 1, 0, 1) == 0;
     cfg.clock_offset = getenv("SPECPROF_CUPTI_CLOCK") && !strcmp(getenv("SPECPROF_CUPTI_CLOCK"), "offset");
