@@ -777,7 +777,8 @@ static void apply_kinds(uint32_t bits, int on) {
     for (int pass = 0; pass < 2; pass++) {
         int gpu_pass = on ? pass == 1 : pass == 0;
         for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++) {
-            if (!(bits & kind_map[i].type_bit) || !(kind_map[i].type_bit & K_GPU) != !gpu_pass) continue;
+            int is_gpu = (kind_map[i].type_bit & K_GPU) != 0;
+            if (!(bits & kind_map[i].type_bit) || is_gpu != gpu_pass) continue;
             spc_result r = on ? C.ActivityEnable(kind_map[i].kind) : C.ActivityDisable(kind_map[i].kind);
             if (r != SPC_SUCCESS && on)
                 LOG_ONCE(L_ENABLE, "cuptiActivityEnable(%s): %s; that kind is not collected", kind_map[i].name,
