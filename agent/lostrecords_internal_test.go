@@ -59,3 +59,53 @@ func TestLostRecordsCutCycles(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedWalkCutsCycle: a call whose frame walk failed before it reached
+// a cycle frame (here an unreadable frame) cannot say whether it ends the open
+// cycle or lies inside it. The open cycle and the one the thread's next call
+// begins are left out and counted, not reported whole with calls missing.
+func TestFailedWalkCutsCycle(t *testing.T) {
+	preset := cpuPhasesPreset(t)
+	a, err := New(noProbes{}, Options{Preset: preset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	D, _ := a.matchers[false].PhaseID("cpu.draft")
+	const pid = 1 << 30
+	var now uint64
+	launch := func(cyc uint64, flags bpf.PyFlags) *bpf.APIEvent {
+		now += 100
+		py := bpf.Py{Phase: D, Flags: bpf.PyWalked | flags, Depth: 1, CycleFrame: cyc, Frames: []uint64{0x10}, FrameAddrs: []uint64{cyc}}
+		if cyc == 0 {
+			py = bpf.Py{Flags: bpf.PyWalked | flags}
+		}
+		return &bpf.APIEvent{Header: bpf.Header{Type: bpf.EvLaunch, PID: pid, TID: pid, Ktime: now},
+			API: bpf.APILaunchKernel, Py: py}
+	}
+	evs := []*bpf.APIEvent{
+		launch(0x100, 0), launch(0x100, 0), launch(0x100, 0), // A: whole
+		launch(0x200, 0), launch(0x200, 0), // B: its third call's walk fails
+		launch(0, bpf.PyReadErr),
+		launch(0x200, 0),                                     // B's tail, begun after the failed call: cut
+		launch(0x300, 0), launch(0x300, 0), launch(0x300, 0), // C: whole
+		launch(0x400, 0), // closes C
+	}
+	for _, e := range evs {
+		a.mu.Lock()
+		a.handle(e)
+		a.mu.Unlock()
+	}
+	r := a.Report()
+	th := r.Processes[0].Threads[0]
+	if th.Cycles != 2 || th.LossCut != 2 {
+		t.Errorf("%d cycles, %d cut: want A and C whole, B and its tail cut", th.Cycles, th.LossCut)
+	}
+	for _, s := range th.Phases {
+		if s.Launches != 6 {
+			t.Errorf("%s: %d launches in the whole cycles, want 6", s.Phase, s.Launches)
+		}
+	}
+	if r.Loss.ReadErrors != 1 {
+		t.Errorf("read errors %d, want 1", r.Loss.ReadErrors)
+	}
+}

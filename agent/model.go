@@ -135,7 +135,9 @@ type ThreadReport struct {
 	ProbeCut int `json:"cycles_cut_by_probe_windows,omitempty"`
 	// LossCut counts cycles left out because call records went missing
 	// while they were open (Loss.RingBuf: the ring buffer was full, e.g.
-	// while the agent learnt the code objects); not in Cycles.
+	// while the agent learnt the code objects), or a call's frame walk
+	// failed before it found the cycle (Loss.ReadErrors, Truncated,
+	// Stale); not in Cycles.
 	LossCut int `json:"cycles_with_lost_records,omitempty"`
 }
 

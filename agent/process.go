@@ -297,10 +297,18 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	}
 	ph, cyc := a.resolve(p, e)
 	m := a.matcherOf(p)
+	// A frame walk that failed before it reached a cycle frame (unreadable
+	// memory, too deep, a freed code object) cannot tell whether this call
+	// ends the open cycle or lies inside it: that cycle, and one that the
+	// thread's next call begins, are incomplete, as after lost records.
+	walkFailed := cyc == 0 && e.Py.Flags&(bpf.PyReadErr|bpf.PyTruncated|bpf.PyStale) != 0
+	if walkFailed {
+		t.lossCur = t.lossCur || t.inCycle
+	}
 	a.advanceCycle(p, t, ph, cyc, e.Ktime, m)
 	// This thread's lost records, if any, came before this call: a cycle
 	// it begins later is whole.
-	t.lossNext = false
+	t.lossNext = walkFailed
 
 	acc := t.acc(ph, e.Ktime, m)
 	// Before the join: a launch whose API record came first is matched
