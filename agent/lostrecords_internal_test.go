@@ -12,12 +12,7 @@ import (
 // calls came after the loss: those cycles are left out of the figures and
 // counted, the others keep exact per-cycle counts.
 func TestLostRecordsCutCycles(t *testing.T) {
-	preset := cpuPhasesPreset(t)
-	a, err := New(noProbes{}, Options{Preset: preset})
-	if err != nil {
-		t.Fatal(err)
-	}
-	D, _ := a.matchers[false].PhaseID("cpu.draft")
+	a, D := draftAgent(t)
 	const pid, tid2 = 1 << 30, 1<<30 + 1
 	var now uint64
 	launch := func(tid int, cyc uint64, seq uint32) *bpf.APIEvent {
@@ -40,11 +35,7 @@ func TestLostRecordsCutCycles(t *testing.T) {
 	evs = append(evs, launch(pid, 0x400, 2), launch(pid, 0x400, 2)) // D: a second loss seen at its first call: C (open) and D cut
 	evs = append(evs, three(pid, 0x500, 2)...)                      // E: whole
 	evs = append(evs, launch(pid, 0x600, 2))                        // F: closes E
-	for _, e := range evs {
-		a.mu.Lock()
-		a.handle(e)
-		a.mu.Unlock()
-	}
+	handleAll(a, evs)
 	r := a.Report()                                   // before Finish: F and R are still open
 	want := map[int][2]int{pid: {2, 3}, tid2: {0, 2}} // main: A, E whole; B, C, D cut. Thread 2: P, Q cut
 	for _, th := range r.Processes[0].Threads {
@@ -65,12 +56,7 @@ func TestLostRecordsCutCycles(t *testing.T) {
 // cycle or lies inside it. The open cycle and the one the thread's next call
 // begins are left out and counted, not reported whole with calls missing.
 func TestFailedWalkCutsCycle(t *testing.T) {
-	preset := cpuPhasesPreset(t)
-	a, err := New(noProbes{}, Options{Preset: preset})
-	if err != nil {
-		t.Fatal(err)
-	}
-	D, _ := a.matchers[false].PhaseID("cpu.draft")
+	a, D := draftAgent(t)
 	const pid = 1 << 30
 	var now uint64
 	launch := func(cyc uint64, flags bpf.PyFlags) *bpf.APIEvent {
@@ -90,11 +76,7 @@ func TestFailedWalkCutsCycle(t *testing.T) {
 		launch(0x300, 0), launch(0x300, 0), launch(0x300, 0), // C: whole
 		launch(0x400, 0), // closes C
 	}
-	for _, e := range evs {
-		a.mu.Lock()
-		a.handle(e)
-		a.mu.Unlock()
-	}
+	handleAll(a, evs)
 	r := a.Report()
 	th := r.Processes[0].Threads[0]
 	if th.Cycles != 2 || th.LossCut != 2 {
@@ -107,5 +89,25 @@ func TestFailedWalkCutsCycle(t *testing.T) {
 	}
 	if r.Loss.ReadErrors != 1 {
 		t.Errorf("read errors %d, want 1", r.Loss.ReadErrors)
+	}
+}
+
+// draftAgent is an agent on the CPU phases preset, without probes, and the
+// id of its cpu.draft phase.
+func draftAgent(t *testing.T) (*Agent, uint16) {
+	a, err := New(noProbes{}, Options{Preset: cpuPhasesPreset(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	D, _ := a.matchers[false].PhaseID("cpu.draft")
+	return a, D
+}
+
+// handleAll hands the events to the agent in order, as its read loop does.
+func handleAll(a *Agent, evs []*bpf.APIEvent) {
+	for _, e := range evs {
+		a.mu.Lock()
+		a.handle(e)
+		a.mu.Unlock()
 	}
 }

@@ -105,11 +105,7 @@ func TestProbeWindowSchedule(t *testing.T) {
 		launch(ready2+3, 0x500), launch(ready2+4, 0x500), // whole
 		launch(ready2+5, 0x600), // open at the end: cut at Finish
 	}
-	for _, e := range evs {
-		a.mu.Lock()
-		a.handle(e)
-		a.mu.Unlock()
-	}
+	handleAll(a, evs)
 	a.Finish()
 	th := a.Report().Processes[0].Threads[0]
 	if th.Cycles != 2 || th.ProbeCut != 4 {
