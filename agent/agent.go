@@ -32,6 +32,14 @@ type Probes interface {
 	DetachLibraries(pid int)
 	Lost() (bpf.Lost, error)
 	SetDeadline(t time.Time)
+	// Ungate takes pid off the library-open gate before the agent resumes
+	// it; false: the gate watchdog resumed it already (bpf.GateWatch).
+	Ungate(pid int) (bool, error)
+	// TrackedPIDs lists the processes the kernel side follows.
+	TrackedPIDs() ([]int, error)
+	// ThreadCycles lists the cycle counts BPF keeps per thread (Forget
+	// drops a process's).
+	ThreadCycles() ([]bpf.ThreadCycle, error)
 }
 
 // Options configure an Agent.
@@ -75,6 +83,10 @@ type Options struct {
 	// when one connects while they are out. 0: no GPU records with probe
 	// windows.
 	ProbeGPUWindows int
+	// GateHold keeps every process the library-open gate stopped this much
+	// longer before resuming it: a slow agent on purpose, for the
+	// fault-injection tests of the gate watchdog. 0 in normal use.
+	GateHold time.Duration
 }
 
 // Event is one attributed call, as handed to Options.OnEvent.
@@ -118,6 +130,8 @@ type Agent struct {
 	kernelNames map[int]map[uint32]kernelName
 	corrAlias   map[int]*corrAliases // by pid (gpujoin.go)
 	inSample    bool                 // resolving a CPU sample's stack (classify counts its failures apart)
+	reconciled  uint64               // bpf.Lost.RingBuf when reconcile last looked
+	behind      uint64               // bpf.Lost.RingBuf when caughtUp last said so
 	ranks       map[int]*rankTrack   // tensor-parallel ranks (ranks.go)
 	duty        map[int]*dutyState   // duty-cycled GPU tracing windows by pid (duty.go)
 	pw          *probeWindows        // probe windows (probeduty.go); nil: probes always in place
@@ -305,6 +319,9 @@ func (a *Agent) Run(ctx context.Context) error {
 				set = now
 				a.flushQuiet(now)
 				a.requestWindows()
+				if stopped.IsZero() {
+					a.reconcile()
+				}
 			}
 		}
 		ev, err := a.pr.Read()
@@ -316,6 +333,7 @@ func (a *Agent) Run(ctx context.Context) error {
 					}
 					return nil
 				}
+				a.caughtUp()
 				set, n = time.Time{}, -1
 				continue
 			}
@@ -378,12 +396,15 @@ func (a *Agent) ensurePython(p *process) error {
 		p.pyErr = err
 		return err
 	}
-	if err := a.pr.SetPyConfig(p.pid, pyConfig(rt)); err != nil {
+	py310 := rt.Version.Minor == 10
+	cfg := pyConfig(rt)
+	cfg.CycleStart = uint32(a.matchers[py310].CycleStartPhase())
+	if err := a.pr.SetPyConfig(p.pid, cfg); err != nil {
 		return err
 	}
 	p.rt = rt
 	p.sym = python.NewSymbolizer(rt)
-	p.py310 = rt.Version.Minor == 10
+	p.py310 = py310
 	p.matcher = a.matchers[p.py310]
 	p.rep.Python = rt.Version.String()
 	if cl, err := proc.Cmdline(p.pid); err == nil {
@@ -457,6 +478,20 @@ func (a *Agent) attachMapped(p *process) (int, error) {
 	return n, nil
 }
 
+// mapsCUDA reports whether pid has libcuda or libnccl mapped.
+func mapsCUDA(pid int) bool {
+	mods, err := proc.Modules(pid)
+	if err != nil {
+		return false
+	}
+	for _, m := range mods {
+		if _, ok := libKind(m.Path); ok {
+			return true
+		}
+	}
+	return false
+}
+
 func libKind(path string) (bpf.Library, bool) {
 	switch {
 	case proc.IsCUDADriver(path):
@@ -512,6 +547,17 @@ func (a *Agent) onLibOpen(e *bpf.LibOpen) {
 	if e.Stopped {
 		// Never leave the target stopped, whatever happens below.
 		defer func() {
+			if a.opts.GateHold > 0 {
+				time.Sleep(a.opts.GateHold)
+			}
+			ours, err := a.pr.Ungate(pid)
+			if err != nil {
+				a.log.Error("resume target", "pid", pid, "err", err)
+			} else if !ours {
+				// The watchdog let it go on before its probes were in.
+				a.rep.Loss.GateLate++
+				p.problem(fmt.Sprintf("resumed by the gate watchdog before its probes on %s were in place (the agent was late): its first calls to it may be missing", filepath.Base(e.Path)))
+			}
 			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
 				a.log.Error("resume target", "pid", pid, "err", err)
 			}
@@ -564,6 +610,7 @@ func (a *Agent) onProc(e *bpf.ProcEvent) {
 	case bpf.EvExit:
 		pid := int(e.PID)
 		if p := a.procs[pid]; p != nil {
+			a.countTailLoss(map[int]bool{pid: true})
 			p.closeCycles(a)
 			p.exited = true
 		}
@@ -573,6 +620,53 @@ func (a *Agent) onProc(e *bpf.ProcEvent) {
 			case a.exited <- pid:
 			default:
 			}
+		}
+	}
+}
+
+// caughtUp runs when the ring buffer has been read to its end: after
+// records were lost to it, the user learns that the agent fell behind and
+// has caught up again.
+func (a *Agent) caughtUp() {
+	l, err := a.pr.Lost()
+	if err != nil || l.RingBuf == a.behind {
+		return
+	}
+	a.log.Warn("specprof fell behind and lost records to a full ring buffer; caught up now (the report counts what was lost)",
+		"lost", l.RingBuf-a.behind, "lost_in_all", l.RingBuf)
+	a.behind = l.RingBuf
+}
+
+// reconcile recovers what records lost to a full ring buffer would have
+// told: processes forked unseen (the kernel side still follows them) and
+// libraries opened unseen (their probes go in from the process's maps). It
+// looks only after the loss counters moved.
+func (a *Agent) reconcile() {
+	l, err := a.pr.Lost()
+	if err != nil || l.RingBuf == a.reconciled {
+		return
+	}
+	a.reconciled = l.RingBuf
+	pids, err := a.pr.TrackedPIDs()
+	if err != nil {
+		a.log.Warn("after lost records: list traced processes", "err", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, pid := range pids {
+		p, known := a.procs[pid]
+		if !known {
+			p = a.proc(pid)
+			a.rep.Loss.ProcessesFoundLate++
+			a.log.Info("found a process whose fork record was lost", "pid", pid)
+		}
+		// As at a library open: the interpreter's layout goes to BPF
+		// before the probes, or their first calls have no Python frames.
+		if p.rt == nil && p.pyErr == nil && mapsCUDA(pid) {
+			_ = a.ensurePython(p)
+		}
+		if _, err := a.attachMapped(p); err != nil && proc.Exists(pid) {
+			p.problem(err.Error())
 		}
 	}
 }
@@ -587,6 +681,7 @@ func (a *Agent) Report() *Report {
 	if l, err := a.pr.Lost(); err == nil {
 		r.Loss.RingBuf, r.Loss.Scratch, r.Loss.OpenAt = l.RingBuf, l.Scratch, l.OpenAt
 		r.Loss.SamplesLost = l.Sample
+		r.Loss.LibOpenLost = l.LibOpen
 	}
 	r.Processes = nil
 	for _, p := range a.procs {
@@ -601,10 +696,36 @@ func (a *Agent) Report() *Report {
 	return &r
 }
 
+// countTailLoss adds the cycles lost whole at the end of each thread of the
+// processes in pids (every known process when pids is nil): those BPF
+// counted after the last cycle number a record brought (bpf.ThreadCycles).
+func (a *Agent) countTailLoss(pids map[int]bool) {
+	cs, err := a.pr.ThreadCycles()
+	if err != nil {
+		a.log.Warn("cycles lost whole at the end of threads not counted", "err", err)
+	}
+	for _, c := range cs {
+		if pids != nil && !pids[c.PID] {
+			continue
+		}
+		p := a.procs[c.PID]
+		if p == nil {
+			continue
+		}
+		t := p.thread(c.TID)
+		if d := c.Cycles - t.bpfCycle; d > 0 && d < 1<<31 {
+			t.lostWhole += int(d)
+			a.rep.Loss.CyclesLostWhole += uint64(d)
+			t.bpfCycle = c.Cycles
+		}
+	}
+}
+
 // Finish closes every open cycle (at the end of a session).
 func (a *Agent) Finish() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.countTailLoss(nil)
 	for _, p := range a.procs {
 		if a.pw != nil {
 			// The probes went before the cycle ended.

@@ -139,6 +139,9 @@ type ThreadReport struct {
 	// failed before it found the cycle (Loss.ReadErrors, Truncated,
 	// Stale); not in Cycles.
 	LossCut int `json:"cycles_with_lost_records,omitempty"`
+	// LostWhole counts cycles none of whose records reached user space (a
+	// full ring buffer; Loss.CyclesLostWhole); not in Cycles.
+	LostWhole int `json:"cycles_lost_whole,omitempty"`
 }
 
 // ProcessReport describes one traced process.
@@ -174,6 +177,20 @@ type Loss struct {
 	ExitedUnread  uint64 `json:"code_objects_unread_after_exit"`
 	UnmatchedExit uint64 `json:"sync_exits_without_entry"`
 	SamplesLost   uint64 `json:"cpu_samples_ringbuf_full"` // CPU samples dropped (ring buffer full)
+	// LibOpenLost counts library-open records lost to a full ring buffer:
+	// the process was not stopped, and its probes went in late, when the
+	// agent found the library in its maps.
+	LibOpenLost uint64 `json:"library_opens_ringbuf_full"`
+	// ProcessesFoundLate counts processes whose fork record was lost and
+	// that the agent found among the kernel side's tracked processes.
+	ProcessesFoundLate uint64 `json:"processes_found_after_lost_fork"`
+	// GateLate counts processes the gate watchdog resumed before the agent
+	// had their probes in place (the agent stalled or was too slow).
+	GateLate uint64 `json:"gate_released_by_watchdog"`
+	// CyclesLostWhole counts cycles none of whose records reached user
+	// space (a full ring buffer), from the per-thread cycle count BPF keeps
+	// (bpf.Py.CycleNo).
+	CyclesLostWhole uint64 `json:"cycles_lost_whole"`
 	// SampleTornFrames counts frames of CPU samples that were not code
 	// objects: the sample stopped the interpreter while it pushed a frame.
 	SampleTornFrames uint64 `json:"cpu_sample_torn_frames"`

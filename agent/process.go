@@ -127,6 +127,11 @@ type thread struct {
 	// the next one to begin are incomplete, and how many were left out.
 	lossCur, lossNext bool
 	lossCut           int
+	// bpfCycle is the last bpf.Py.CycleNo seen: a jump past the next
+	// number is cycles lost whole.
+	bpfCycle uint32
+	// lostWhole counts them.
+	lostWhole int
 }
 
 func (p *process) thread(tid int) *thread {
@@ -291,6 +296,16 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 		a.probeCut(p, t, e.Ktime, a.matcherOf(p))
 	}
 	t.calls++
+	if n := e.Py.CycleNo; n != 0 {
+		// Numbers start at 1 for each thread: a first record with a
+		// higher one follows cycles lost whole too.
+		if n-t.bpfCycle > 1 && n-t.bpfCycle < 1<<31 {
+			lost := n - t.bpfCycle - 1
+			t.lostWhole += int(lost)
+			a.rep.Loss.CyclesLostWhole += uint64(lost)
+		}
+		t.bpfCycle = n
+	}
 	if e.Py.Flags&bpf.PyUnknown != 0 {
 		t.resolved++
 		a.learning = time.Now()
@@ -704,7 +719,7 @@ func (p *process) report(a *Agent) *ProcessReport {
 		if conn { // its library connected after those cycles: their GPU work is unknown
 			partial += t.preConn
 		}
-		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: partial, GPULost: t.gpuLost, ProbeCut: t.probeCut, LossCut: t.lossCut,
+		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: partial, GPULost: t.gpuLost, ProbeCut: t.probeCut, LossCut: t.lossCut, LostWhole: t.lostWhole,
 			Phases: sortedStats(t.total, order), Outside: sortedStats(outsideStats(t.outside), order), Calls: t.calls, Resolved: t.resolved})
 	}
 	sort.Slice(r.Threads, func(i, j int) bool { return r.Threads[i].TID < r.Threads[j].TID })

@@ -24,9 +24,12 @@ func (noProbes) Forget(int)                                    {}
 func (noProbes) AttachLibrary(int, string, bpf.Library) (bpf.Attached, error) {
 	return bpf.Attached{}, nil
 }
-func (noProbes) DetachLibraries(int)     {}
-func (noProbes) Lost() (bpf.Lost, error) { return bpf.Lost{Sample: 2}, nil }
-func (noProbes) SetDeadline(time.Time)   {}
+func (noProbes) DetachLibraries(int)                      {}
+func (noProbes) Lost() (bpf.Lost, error)                  { return bpf.Lost{Sample: 2}, nil }
+func (noProbes) SetDeadline(time.Time)                    {}
+func (noProbes) Ungate(int) (bool, error)                 { return true, nil }
+func (noProbes) TrackedPIDs() ([]int, error)              { return nil, nil }
+func (noProbes) ThreadCycles() ([]bpf.ThreadCycle, error) { return nil, nil }
 
 // cpuPhasesPreset loads testdata/workloads/cpu_phases.yaml (phases
 // cpu.draft and cpu.verify inside a cycle function).

@@ -57,8 +57,13 @@ type Py struct {
 	Match      int     // index of the matching frame, -1 if none
 	PhaseCode  uint64  // code object of the matching frame
 	CycleFrame uint64  // address of the cycle function's frame, 0 if not seen
-	LeafCode   uint64  // innermost frame's code object
-	LeafInstr  uint64  // innermost frame's instruction pointer (f_lasti on 3.10)
+	// CycleNo is the thread's cycle number as BPF counts it, over the calls
+	// it classified itself, whether or not their records arrived: a jump of
+	// more than one between two records of a thread is that many cycles
+	// lost whole to a full ring buffer. 0: not known for this call.
+	CycleNo   uint32
+	LeafCode  uint64 // innermost frame's code object
+	LeafInstr uint64 // innermost frame's instruction pointer (f_lasti on 3.10)
 	// Frames and FrameAddrs are set when Flags has PyUnknown: the code object
 	// and frame address of every walked frame, innermost first.
 	Frames     []uint64
@@ -212,6 +217,7 @@ func decodePy(py *Py, p []byte) int {
 	py.Flags = PyFlags(le.Uint16(p[2:]))
 	py.Depth = le.Uint16(p[6:])
 	py.Match = int(int32(le.Uint32(p[8:])))
+	py.CycleNo = le.Uint32(p[12:])
 	py.PhaseCode = le.Uint64(p[16:])
 	py.CycleFrame = le.Uint64(p[24:])
 	py.LeafCode = le.Uint64(p[32:])

@@ -36,7 +36,7 @@ type specprofApiEvent struct {
 		Nframes    uint16
 		Depth      uint16
 		Match      uint32
-		Pad        uint32
+		CycleNo    uint32
 		PhaseCode  uint64
 		CycleFrame uint64
 		LeafCode   uint64
@@ -122,6 +122,8 @@ type specprofPyConfig struct {
 	PthreadTid        uint32
 	CodeQualname      uint32
 	Flags             uint32
+	CycleStart        uint32
+	Pad               uint32
 }
 
 type specprofSampleEvent struct {
@@ -147,7 +149,7 @@ type specprofSampleEvent struct {
 		Nframes    uint16
 		Depth      uint16
 		Match      uint32
-		Pad        uint32
+		CycleNo    uint32
 		PhaseCode  uint64
 		CycleFrame uint64
 		LeafCode   uint64
@@ -220,11 +222,12 @@ const (
 type specprofSpLost uint32
 
 const (
-	specprofSpLostSP_LOST_RINGBUF specprofSpLost = 0
-	specprofSpLostSP_LOST_SCRATCH specprofSpLost = 1
-	specprofSpLostSP_LOST_OPENAT  specprofSpLost = 2
-	specprofSpLostSP_LOST_SAMPLE  specprofSpLost = 3
-	specprofSpLostSP_LOST_MAX     specprofSpLost = 4
+	specprofSpLostSP_LOST_RINGBUF  specprofSpLost = 0
+	specprofSpLostSP_LOST_SCRATCH  specprofSpLost = 1
+	specprofSpLostSP_LOST_OPENAT   specprofSpLost = 2
+	specprofSpLostSP_LOST_SAMPLE   specprofSpLost = 3
+	specprofSpLostSP_LOST_LIB_OPEN specprofSpLost = 4
+	specprofSpLostSP_LOST_MAX      specprofSpLost = 5
 )
 
 type specprofSpPyFlags uint32
@@ -266,6 +269,12 @@ type specprofSyncExitEvent struct {
 	Ret int32
 }
 
+type specprofThreadCycle struct {
+	_      structs.HostLayout
+	Pid    uint32
+	Cycles uint32
+}
+
 type specprofTstateCache struct {
 	_         structs.HostLayout
 	Ts        uint64
@@ -277,6 +286,9 @@ type specprofTstateCache struct {
 	V_frame   uint64
 	V_code    uint64
 	NextFloor uint32
+	CycNo     uint32
+	CycFrame  uint64
+	CycBits   uint32
 	Pad       uint32
 }
 
@@ -336,12 +348,14 @@ const (
 	specprofMapCodeClasses          = "code_classes"
 	specprofMapCodeGen              = "code_gen"
 	specprofMapEvents               = "events"
+	specprofMapGated                = "gated"
 	specprofMapLibScratch           = "lib_scratch"
 	specprofMapLost                 = "lost"
 	specprofMapOpenatArgs           = "openat_args"
 	specprofMapPyConfigs            = "py_configs"
 	specprofMapSampleScratch        = "sample_scratch"
 	specprofMapScratch              = "scratch"
+	specprofMapThreadCycles         = "thread_cycles"
 	specprofMapTracked              = "tracked"
 	specprofMapTstates              = "tstates"
 	specprofMapWalkScratch          = "walk_scratch"
@@ -481,12 +495,14 @@ type specprofMapSpecs struct {
 	CodeClasses   *ebpf.MapSpec `ebpf:"code_classes"`
 	CodeGen       *ebpf.MapSpec `ebpf:"code_gen"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
+	Gated         *ebpf.MapSpec `ebpf:"gated"`
 	LibScratch    *ebpf.MapSpec `ebpf:"lib_scratch"`
 	Lost          *ebpf.MapSpec `ebpf:"lost"`
 	OpenatArgs    *ebpf.MapSpec `ebpf:"openat_args"`
 	PyConfigs     *ebpf.MapSpec `ebpf:"py_configs"`
 	SampleScratch *ebpf.MapSpec `ebpf:"sample_scratch"`
 	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
+	ThreadCycles  *ebpf.MapSpec `ebpf:"thread_cycles"`
 	Tracked       *ebpf.MapSpec `ebpf:"tracked"`
 	Tstates       *ebpf.MapSpec `ebpf:"tstates"`
 	WalkScratch   *ebpf.MapSpec `ebpf:"walk_scratch"`
@@ -538,12 +554,14 @@ type specprofMaps struct {
 	CodeClasses   *ebpf.Map `ebpf:"code_classes"`
 	CodeGen       *ebpf.Map `ebpf:"code_gen"`
 	Events        *ebpf.Map `ebpf:"events"`
+	Gated         *ebpf.Map `ebpf:"gated"`
 	LibScratch    *ebpf.Map `ebpf:"lib_scratch"`
 	Lost          *ebpf.Map `ebpf:"lost"`
 	OpenatArgs    *ebpf.Map `ebpf:"openat_args"`
 	PyConfigs     *ebpf.Map `ebpf:"py_configs"`
 	SampleScratch *ebpf.Map `ebpf:"sample_scratch"`
 	Scratch       *ebpf.Map `ebpf:"scratch"`
+	ThreadCycles  *ebpf.Map `ebpf:"thread_cycles"`
 	Tracked       *ebpf.Map `ebpf:"tracked"`
 	Tstates       *ebpf.Map `ebpf:"tstates"`
 	WalkScratch   *ebpf.Map `ebpf:"walk_scratch"`
@@ -554,12 +572,14 @@ func (m *specprofMaps) Close() error {
 		m.CodeClasses,
 		m.CodeGen,
 		m.Events,
+		m.Gated,
 		m.LibScratch,
 		m.Lost,
 		m.OpenatArgs,
 		m.PyConfigs,
 		m.SampleScratch,
 		m.Scratch,
+		m.ThreadCycles,
 		m.Tracked,
 		m.Tstates,
 		m.WalkScratch,

@@ -47,6 +47,10 @@ type Lost struct {
 	Scratch uint64 // per-CPU scratch unavailable
 	OpenAt  uint64 // openat bookkeeping map full
 	Sample  uint64 // ring buffer full: CPU samples dropped
+	// LibOpen counts library-open records lost to a full ring buffer (also
+	// in RingBuf): the process was not stopped, and its probes go in when
+	// the agent finds the library in its maps.
+	LibOpen uint64
 }
 
 // Tracer owns the loaded programs, the ring buffer and the uprobe links.
@@ -229,6 +233,7 @@ func (t *Tracer) Forget(pid int) {
 	_ = t.objs.Tracked.Delete(uint32(pid))
 	_ = t.objs.PyConfigs.Delete(uint32(pid))
 	t.ForgetCode(pid)
+	t.forgetThreadCycles(pid)
 	t.mu.Lock()
 	for k, ls := range t.links {
 		if k.pid == pid {
@@ -505,10 +510,11 @@ var ErrClosed = ringbuf.ErrClosed
 func (t *Tracer) Lost() (Lost, error) {
 	var l Lost
 	for idx, dst := range map[uint32]*uint64{
-		uint32(specprofSpLostSP_LOST_RINGBUF): &l.RingBuf,
-		uint32(specprofSpLostSP_LOST_SCRATCH): &l.Scratch,
-		uint32(specprofSpLostSP_LOST_OPENAT):  &l.OpenAt,
-		uint32(specprofSpLostSP_LOST_SAMPLE):  &l.Sample,
+		uint32(specprofSpLostSP_LOST_RINGBUF):  &l.RingBuf,
+		uint32(specprofSpLostSP_LOST_SCRATCH):  &l.Scratch,
+		uint32(specprofSpLostSP_LOST_OPENAT):   &l.OpenAt,
+		uint32(specprofSpLostSP_LOST_SAMPLE):   &l.Sample,
+		uint32(specprofSpLostSP_LOST_LIB_OPEN): &l.LibOpen,
 	} {
 		var per []uint64
 		if err := t.objs.Lost.Lookup(idx, &per); err != nil {

@@ -60,7 +60,8 @@ enum sp_lost {
 	SP_LOST_SCRATCH = 1,  /* internal scratch unavailable */
 	SP_LOST_OPENAT = 2,   /* openat bookkeeping map full */
 	SP_LOST_SAMPLE = 3,   /* ring buffer full: CPU sample dropped */
-	SP_LOST_MAX = 4,
+	SP_LOST_LIB_OPEN = 4, /* ring buffer full: a library-open record dropped (counted in RINGBUF too) */
+	SP_LOST_MAX = 5,
 };
 
 struct sp_header {
@@ -89,6 +90,10 @@ struct py_config {
 	__u32 pthread_tid;
 	__u32 code_qualname; /* validation of phase hits */
 	__u32 flags;
+	/* Phase id that begins a cycle when it comes back after other phases
+	 * within one cycle-function call (the per-thread cycle count); 0 none. */
+	__u32 cycle_start;
+	__u32 _pad;
 };
 
 struct code_key {
@@ -111,7 +116,12 @@ struct sp_py {
 	__u16 nframes; /* entries in frames[] / frame_addrs[] that follow */
 	__u16 depth;   /* Python frames walked */
 	__u32 match;   /* index of the matching frame in the walk, or ~0 */
-	__u32 _pad;
+	/* The thread's cycle number as BPF counts it (the agent's cycle rule,
+	 * over the calls BPF classified itself), counted whether or not the
+	 * record reaches user space: a jump tells user space how many cycles
+	 * were lost whole. 0: not known for this call (unclassified frames,
+	 * no cycle frame, no per-thread storage). */
+	__u32 cycle_no;
 	__u64 phase_code;  /* code object of the matching frame */
 	__u64 cycle_frame; /* address of the innermost cycle frame above the match */
 	__u64 leaf_code;   /* innermost Python frame: code object */

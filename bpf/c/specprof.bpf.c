@@ -53,6 +53,33 @@ struct {
 	__type(value, __u32);
 } tracked SEC(".maps");
 
+/* Each thread's cycle count (sp_py.cycle_no) as of its last new cycle, by
+ * tid: the count of the cycles at the end of a thread, whose records may all
+ * have been lost, is read here. */
+struct thread_cycle {
+	__u32 pid;
+	__u32 cycles;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct thread_cycle);
+} thread_cycles SEC(".maps");
+
+/* Processes the library-open gate stopped (tgid -> ktime of the stop). An
+ * entry is written before the SIGSTOP, and whoever resumes the process
+ * deletes it: the agent once its probes are in, or the gate watchdog (a
+ * process of its own, holding this map) when the agent is gone or too slow.
+ * A stop that no one could undo is never sent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} gated SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
@@ -308,7 +335,18 @@ struct tstate_cache {
 	/* See walk_state.v_frame. */
 	__u64 v_frame, v_code;
 	__u32 next_floor;
+	/* The agent's cycle rule over the calls BPF classified (sp_py.cycle_no):
+	 * the cycle frame of the open cycle, the count, and SP_CYC_* bits. */
+	__u32 cyc_no;
+	__u64 cyc_frame;
+	__u32 cyc_bits;
 	__u32 _pad;
+};
+
+enum {
+	SP_CYC_IN = 1 << 0,        /* a cycle is open */
+	SP_CYC_SAW_START = 1 << 1, /* its start phase was seen */
+	SP_CYC_SAW_AFTER = 1 << 2, /* and another phase after it */
 };
 
 struct {
@@ -897,6 +935,38 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 	return 0;
 }
 
+/* Applies the agent's cycle rule (agent.advanceCycle) to a call whose frames
+ * BPF classified: a cycle is one call of the cycle function, told apart by
+ * its frame address and, for loops inside one call, by the start phase
+ * coming back after other phases; a call outside any cycle closes it. The
+ * count goes up whether or not the record reaches user space. */
+static __always_inline void count_cycle(struct tstate_cache *tc, struct sp_py *py, __u32 start, __u32 pid,
+					__u32 tid)
+{
+	__u64 cyc = py->cycle_frame;
+	if (!cyc) {
+		tc->cyc_bits = 0;
+		return;
+	}
+	__u32 b = tc->cyc_bits;
+	__u32 ph = py->phase;
+	if (!(b & SP_CYC_IN) || cyc != tc->cyc_frame || (start && ph == start && (b & SP_CYC_SAW_AFTER))) {
+		tc->cyc_no++;
+		if (!tc->cyc_no) /* 0 means unknown */
+			tc->cyc_no = 1;
+		tc->cyc_frame = cyc;
+		b = SP_CYC_IN;
+		struct thread_cycle tcy = {.pid = pid, .cycles = tc->cyc_no};
+		bpf_map_update_elem(&thread_cycles, &tid, &tcy, BPF_ANY);
+	}
+	if (start && ph == start)
+		b |= SP_CYC_SAW_START;
+	else if (b & SP_CYC_SAW_START)
+		b |= SP_CYC_SAW_AFTER;
+	tc->cyc_bits = b;
+	py->cycle_no = tc->cyc_no;
+}
+
 /* Walks the calling thread's Python frames innermost-out and fills e->py.
  * Global (not inlined) so the verifier checks the loop once for all hooks.
  * With all (the CPU sampler) every frame is recorded, to the end of the
@@ -1034,6 +1104,9 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid, __u32 
 	py->depth = w->n;
 	py->nframes = (w->all || (flags & SP_PY_UNKNOWN)) ? w->n : 0;
 	py->flags = flags;
+	py->cycle_no = 0;
+	if (!all && tc && !(flags & SP_PY_UNKNOWN))
+		count_cycle(tc, py, cfg->cycle_start, pid, tid);
 	return 0;
 }
 
@@ -1312,6 +1385,11 @@ static __always_inline int proc_event(__u32 type)
 			return 0;
 		bpf_map_delete_elem(&tracked, &tgid);
 		bpf_map_delete_elem(&py_configs, &tgid);
+		/* Its pid may come back. An entry the watchdog marked released
+		 * stays for the agent to count (bpf.Tracer.Ungate). */
+		__u64 *g = bpf_map_lookup_elem(&gated, &tgid);
+		if (g && *g != ~0ull)
+			bpf_map_delete_elem(&gated, &tgid);
 	}
 	if (type == SP_EV_EXEC) /* the old interpreter is gone */
 		bpf_map_delete_elem(&py_configs, &tgid);
@@ -1431,14 +1509,28 @@ int sp_openat_exit(struct sys_exit_args *ctx)
 	e->h.ktime = bpf_ktime_get_ns();
 	e->fd = (__s32)ctx->ret;
 	e->stopped = 0;
+	/* The record's room comes first: a process stopped for an event that
+	 * never reaches user space would wait for a SIGCONT no one sends. */
+	struct lib_event *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		count_lost(SP_LOST_RINGBUF);
+		count_lost(SP_LOST_LIB_OPEN);
+		return 0;
+	}
 	if (*flags & SP_TRACK_STOP_ON_LIB) {
 		/* Delivered on return to user space, before the library is mapped:
-		 * user space attaches its probes, then sends SIGCONT. */
-		if (!bpf_send_signal(19 /* SIGSTOP */))
-			e->stopped = 1;
+		 * user space attaches its probes, then sends SIGCONT. The gated
+		 * entry comes first, so the watchdog can always undo the stop. */
+		__u64 now = e->h.ktime;
+		if (!bpf_map_update_elem(&gated, &tgid, &now, BPF_ANY)) {
+			if (!bpf_send_signal(19 /* SIGSTOP */))
+				e->stopped = 1;
+			else
+				bpf_map_delete_elem(&gated, &tgid);
+		}
 	}
-	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0))
-		count_lost(SP_LOST_RINGBUF);
+	bpf_probe_read_kernel(r, sizeof(*r), e);
+	bpf_ringbuf_submit(r, 0);
 	return 0;
 }
 

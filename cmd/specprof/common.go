@@ -110,6 +110,8 @@ type session struct {
 	// bpfStats: SPECPROF_BPF_STATS=1, the kernel's run-time statistics of
 	// the probes' programs, logged at the end (a diagnostic of their cost).
 	bpfStats io.Closer
+	dev      devKnobs
+	watchdog *gateWatchdog // run: resumes gated processes if specprof cannot
 }
 
 func newSession(f *sessionFlags, out io.Writer) (*session, error) {
@@ -164,6 +166,9 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	s := &session{flags: f, out: out, log: log}
+	if s.dev, err = readDevKnobs(); err != nil {
+		return nil, err
+	}
 	s.outDir = f.outDir
 	if s.outDir == "" {
 		s.outDir = filepath.Join("specprof-out", time.Now().Format("20060102-150405"))
@@ -198,7 +203,7 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		return nil, fmt.Errorf("--collective-ranks %d: must be 0 (count the traced processes) or more", f.ranks)
 	}
 	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log, CollectiveRanks: f.ranks,
-		ProbeOn: probeOn, ProbePeriod: probePeriod}
+		ProbeOn: probeOn, ProbePeriod: probePeriod, GateHold: s.dev.gateHold}
 	if probePeriod != 0 && f.duty != "" {
 		opts.ProbeGPUWindows = f.windows
 	}
@@ -395,6 +400,9 @@ func (s *session) close() {
 		_ = s.bpfStats.Close()
 	}
 	s.tr.Close()
+	// After the tracer: its programs are gone, so nothing is gated anew
+	// while the watchdog makes its last sweep.
+	s.watchdog.stop(s.log)
 	if s.gpus != nil {
 		s.gpus.Close()
 	}

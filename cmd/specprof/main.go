@@ -15,6 +15,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == gateArg {
 		os.Exit(runGate(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == watchdogArg {
+		os.Exit(runGateWatchdog(os.Args[2:]))
+	}
 	root := &cobra.Command{
 		Use:           "specprof",
 		Short:         "Profile speculative decoding (draft / verify / accept) of LLM servers without touching them",

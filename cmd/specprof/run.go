@@ -64,6 +64,9 @@ func runCommand(f *sessionFlags, args []string) error {
 		cmd.WaitDelay = 2 * time.Second
 	}
 	cmd.ExtraFiles = []*os.File{rd}
+	if err := s.startGateWatchdog(); err != nil {
+		return err
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", args[0], err)
 	}
