@@ -83,6 +83,10 @@ def parse_args(argv=None):
     p.add_argument("--sleep-at-exit", type=float, default=0.0, metavar="S",
                    help="after the summary line, sleep S seconds before exiting (an idle process "
                         "that keeps its CUDA context)")
+    p.add_argument("--pause-at-cycle", type=int, default=0, metavar="N",
+                   help="with --pause-file: after N decode steps, wait (outside any cycle) until "
+                        "PATH exists (fault-injection tests stop or kill the profiler meanwhile)")
+    p.add_argument("--pause-file", metavar="PATH", help="see --pause-at-cycle")
     p.add_argument("--tp-rank", type=int, default=0, help="TP rank (log prefix)")
     p.add_argument("--tp-size", type=int, default=1,
                    help="tensor-parallel ranks: rank 0 (this process) starts ranks 1..N-1 as processes "
@@ -159,6 +163,8 @@ def make_server_args(a, layers, draft_steps, seed):
         seed=seed,
         accept_prob=a.accept_prob,
         draft_sync=a.draft_sync,
+        pause_at_cycle=a.pause_at_cycle,
+        pause_file=a.pause_file,
     )
 
 

@@ -23,6 +23,9 @@ class ServerArgs(object):
         self.seed = 0
         self.accept_prob = 0.7
         self.draft_sync = False
+        # Test hook (not SGLang's): after this many decode steps, wait for pause_file to exist.
+        self.pause_at_cycle = 0
+        self.pause_file = None
         for k, v in kw.items():
             if not hasattr(self, k):
                 raise TypeError("unknown server arg %r" % k)

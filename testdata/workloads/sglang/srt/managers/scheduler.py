@@ -1,6 +1,8 @@
 """Mirrors sglang/srt/managers/scheduler.py: the scheduler process's event loop (spec v1 turns the
 overlap scheduler off, so `event_loop_normal`), which runs every forward on the main thread."""
 
+import os
+import sys
 import time
 
 from fakecuda import tag
@@ -41,6 +43,16 @@ class Scheduler(SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
 
     def recv_requests(self):
         with tag("sched.recv"):
+            # Where the real scheduler waits for requests: the test hook's pause
+            # (--pause-at-cycle, fault-injection tests) waits here too.
+            a = self.server_args
+            if a.pause_file and self.forward_ct_decode == a.pause_at_cycle and not getattr(self, "_paused", False):
+                self._paused = True
+                sys.stderr.write("sglang_demo: paused at cycle %d, pid %d, waiting for %s\n"
+                                 % (self.forward_ct_decode, os.getpid(), a.pause_file))
+                sys.stderr.flush()
+                while not os.path.exists(a.pause_file):
+                    time.sleep(0.01)
             return []
 
     def process_input_requests(self, recv_reqs):
