@@ -76,7 +76,12 @@ type Tracer struct {
 
 	smpMu    sync.Mutex
 	samplers []int // the CPU sampler's perf event fds (sample.go)
+
+	mountedTracefs bool
 }
+
+// MountedTracefs reports whether Load mounted tracefs, which was not mounted.
+func (t *Tracer) MountedTracefs() bool { return t.mountedTracefs }
 
 type libKey struct {
 	pid  int
@@ -90,12 +95,18 @@ type libExe struct {
 }
 
 // Load loads the BPF objects and attaches the process lifecycle and openat
-// tracepoints. It needs root or CAP_BPF+CAP_PERFMON.
+// tracepoints, mounting tracefs first if it is not mounted. It needs root or
+// CAP_BPF+CAP_PERFMON (and CAP_SYS_ADMIN for the mount).
 func Load() (*Tracer, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
 	t := &Tracer{links: map[libKey][]link.Link{}, exes: map[string]*libExe{}}
+	mounted, err := ensureTracefs()
+	if err != nil {
+		return nil, err
+	}
+	t.mountedTracefs = mounted
 	spec, err := loadSpecprof()
 	if err != nil {
 		return nil, fmt.Errorf("load BPF object: %w", err)

@@ -188,6 +188,9 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 		return nil, err
 	}
 	s.tr = tr
+	if tr.MountedTracefs() {
+		log.Info("mounted tracefs at /sys/kernel/tracing (it was not mounted)")
+	}
 	if os.Getenv("SPECPROF_BPF_STATS") == "1" {
 		if s.bpfStats, err = bpf.EnableStats(); err != nil {
 			log.Warn("SPECPROF_BPF_STATS=1: no BPF statistics", "err", err)
