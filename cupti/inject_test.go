@@ -175,7 +175,7 @@ func TestHelperReceiverProcess(t *testing.T) {
 	if sock == "" {
 		t.Skip("helper process for TestReceiverKilledMidRun")
 	}
-	r, err := Listen(sock)
+	r, err := Listen(Config{Path: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func runLateAgent(t *testing.T, sock string, env []string) *connData {
 	time.Sleep(300 * time.Millisecond) // the library has tried and failed to connect by now
 
 	col := newCollector()
-	r, err := Listen(sock)
+	r, err := Listen(Config{Path: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
