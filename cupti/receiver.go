@@ -584,7 +584,7 @@ func addStats(t, s *ConnStats) {
 		t.Records[i] += s.Records[i]
 	}
 	t.Bytes += s.Bytes
-	t.Errors.add(s.Errors)
+	t.Errors.Add(s.Errors)
 	t.NamesDropped += s.NamesDropped
 	l, o := &t.Lib, &s.Lib
 	l.RecordsDelivered += o.RecordsDelivered

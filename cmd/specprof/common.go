@@ -396,6 +396,7 @@ func (s *session) finish() error {
 		// The library flushes at the target's exit: read every connection
 		// to its end (a busy agent may still be behind), give late ones
 		// (other processes of the tree) a moment, then stop.
+		s.ag.GPU().Ending()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_ = s.rcv.FlushWait(ctx)
 		cancel()
@@ -414,8 +415,24 @@ func (s *session) finish() error {
 			}
 		}
 	}
+	if s.rcv != nil {
+		r.GPUReceiver = agent.NewReceiverStats(s.rcv.Stats())
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The exporters finish first: what they lost on the way out is in the
+	// report. Their files and errors are listed after it.
+	type finished struct {
+		files []string
+		err   error
+	}
+	done := make([]finished, len(s.sinks))
+	for i, sk := range s.sinks {
+		done[i].files, done[i].err = sk.finish(r, s.outDir)
+		if ea, ok := sk.(exportAccounter); ok {
+			r.Exports = append(r.Exports, ea.exportStats())
+		}
+	}
 	if err := summary.WriteReport(s.out, r); err != nil {
 		return err
 	}
@@ -428,13 +445,12 @@ func (s *session) finish() error {
 		return err
 	}
 	fmt.Fprintf(s.out, "report: %s\n", path)
-	for _, sk := range s.sinks {
-		files, err := sk.finish(r, s.outDir)
-		for _, f := range files {
+	for _, d := range done {
+		for _, f := range d.files {
 			fmt.Fprintf(s.out, "wrote: %s\n", f)
 		}
-		if err != nil {
-			fmt.Fprintf(s.out, "specprof: %v\n", err)
+		if d.err != nil {
+			fmt.Fprintf(s.out, "specprof: %v\n", d.err)
 		}
 	}
 	if s.evFile != nil {
