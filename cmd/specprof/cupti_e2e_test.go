@@ -272,3 +272,42 @@ func TestRunExportLossInReport(t *testing.T) {
 		t.Errorf("otlp account %+v; terminal:\n%s", o, out)
 	}
 }
+
+// TestRunCUPTIDropsInReport: records CUPTI dropped because the library's pool of buffers ran out
+// (the mock holding full buffers until a flush) are in report.json and the terminal: every one
+// the mock dropped under lib_dropped_by_cupti, and the refused requests under lib_buffers_refused.
+func TestRunCUPTIDropsInReport(t *testing.T) {
+	injLib, mockCupti, std, bin, root := standins(t)
+	py := testenv.Interpreters(t)[0].Path
+	dir := t.TempDir()
+	mstats := filepath.Join(dir, "mock.json")
+	cmd := exec.Command(bin, "run", "-q", "--interval", "0", "-o", dir, "--cupti", "on", "--cupti-lib", injLib, "--",
+		py, filepath.Join(root, "testdata/workloads/sglang_demo.py"), "--cycles", "20", "--mode", "eager")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti, "SPECPROF_MOCK_CUPTI_STATS="+mstats,
+		"SPECPROF_MOCK_CUPTI_HOLD_BUFFERS=1", "SPECPROF_CUPTI_BUFFERS=2", "SPECPROF_CUPTI_BUFFER_KB=16")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("specprof run: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(mstats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct{ Dropped uint64 }
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("mock stats %s: %v", b, err)
+	}
+	rep := readReport(t, dir)
+	if len(rep.Processes) == 0 || rep.Processes[0].GPU == nil {
+		t.Fatalf("no GPU stats: %+v", rep.Processes)
+	}
+	g := rep.Processes[0].GPU
+	if m.Dropped == 0 || !g.FinalStats || g.DroppedCUPTI == nil || *g.DroppedCUPTI != m.Dropped ||
+		g.BuffersRefused == nil || *g.BuffersRefused == 0 {
+		t.Fatalf("mock dropped %d; report GPU %+v", m.Dropped, g)
+	}
+	want := fmt.Sprintf("dropped: by CUPTI %d, no agent 0, backpressure 0, disconnect 0; buffer requests refused %d", m.Dropped, *g.BuffersRefused)
+	if !strings.Contains(string(out), want) {
+		t.Errorf("terminal lacks %q:\n%s", want, out)
+	}
+}
