@@ -43,9 +43,9 @@ const maxHelloLen = 4096
 // must be the peer's own pid in its pid namespace. A connection failing any check is closed and
 // counted in ReceiverStats.Rejected, by reason, and each reason is logged once.
 type Config struct {
-	// Path is the socket's path; its directory must exist and is the caller's. Empty: Listen
-	// makes a fresh session directory under Dir and listens on SocketName in it, and Close
-	// removes both.
+	// Path is the socket's path; its directory is the caller's (created 0711 when missing).
+	// Empty: Listen makes a fresh session directory under Dir and listens on SocketName in it,
+	// and Close removes both.
 	Path string
 	// Dir is the parent of the session directory when Path is empty (DefaultDir when empty too).
 	// Listen creates it (0711) when missing, refuses one that others can write to, and removes
@@ -285,8 +285,13 @@ func Listen(cfg Config) (*Receiver, error) {
 			return nil, fmt.Errorf("listening in %s: %w", parent, err)
 		}
 		path = filepath.Join(dir, SocketName)
-	} else if err := replaceStale(path); err != nil {
-		return nil, err
+	} else {
+		if err := os.MkdirAll(filepath.Dir(path), parentMode); err != nil {
+			return nil, fmt.Errorf("creating the socket directory for %s: %w", path, err)
+		}
+		if err := replaceStale(path); err != nil {
+			return nil, err
+		}
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err == nil {
