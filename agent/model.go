@@ -238,6 +238,12 @@ type Report struct {
 	Ranks []*RankStats `json:"ranks,omitempty"`
 	// ProbeWindows describes the probe windows (--probe-duty), when on.
 	ProbeWindows *ProbeWindowStats `json:"probe_windows,omitempty"`
+	// GPUReceiver accounts for the connections to the CUPTI socket, when
+	// GPU records were on (filled in by the session, which owns it).
+	GPUReceiver *ReceiverStats `json:"gpu_receiver,omitempty"`
+	// Exports lists what each exporter lost on the way out (filled in by
+	// the session once its exporters have finished).
+	Exports []*ExportStats `json:"exports,omitempty"`
 }
 
 // SpecMetrics are the server's speculative-decoding figures over the

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -708,6 +709,9 @@ func (p *process) report(a *Agent) *ProcessReport {
 	r := *p.rep
 	r.Threads = nil
 	r.GPU = a.gpu.snapshot(p.pid)
+	if msg := r.GPU.libProblem(); msg != "" {
+		r.Problems = append(slices.Clip(r.Problems), msg)
+	}
 	if d := a.duty[p.pid]; d != nil {
 		r.Duty = d.stats()
 		a.logLost(p.pid, d)

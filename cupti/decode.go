@@ -38,7 +38,8 @@ func (e DecodeErrors) Total() uint64 {
 	return e.BadLength + e.UnknownType + e.Short + e.Truncated + e.BadName + e.BadHello
 }
 
-func (e *DecodeErrors) add(o DecodeErrors) {
+// Add adds o's counts to e.
+func (e *DecodeErrors) Add(o DecodeErrors) {
 	e.BadLength += o.BadLength
 	e.UnknownType += o.UnknownType
 	e.Short += o.Short

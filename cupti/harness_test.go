@@ -249,8 +249,13 @@ func (d *connData) waitClosed(t testing.TB, timeout time.Duration) {
 // startReceiver listens on a fresh socket in a temporary directory and serves h.
 func startReceiver(t testing.TB, h Handler) (*Receiver, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "run", "cupti.sock")
-	r, err := Listen(path)
+	return startReceiverConfig(t, h, Config{Path: filepath.Join(t.TempDir(), "cupti.sock")})
+}
+
+// startReceiverConfig listens as cfg says and serves h until the test ends.
+func startReceiverConfig(t testing.TB, h Handler, cfg Config) (*Receiver, string) {
+	t.Helper()
+	r, err := Listen(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +267,7 @@ func startReceiver(t testing.TB, h Handler) (*Receiver, string) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return r, path
+	return r, r.Path()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -175,7 +175,7 @@ func TestHelperReceiverProcess(t *testing.T) {
 	if sock == "" {
 		t.Skip("helper process for TestReceiverKilledMidRun")
 	}
-	r, err := Listen(sock)
+	r, err := Listen(Config{Path: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func runLateAgent(t *testing.T, sock string, env []string) *connData {
 	time.Sleep(300 * time.Millisecond) // the library has tried and failed to connect by now
 
 	col := newCollector()
-	r, err := Listen(sock)
+	r, err := Listen(Config{Path: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,4 +562,42 @@ func TestLayoutMismatchDisables(t *testing.T) {
 		t.Errorf("%d kernels decoded from records of an unknown layout", len(d.kernels))
 	}
 	t.Logf("message: %s", l[0])
+}
+
+// TestDroppedRecordsCounted: records CUPTI drops because it has no buffer to put them in are all
+// in the library's final counters (DroppedCUPTI equals what the mock dropped), whether CUPTI could
+// get no more buffers (the mock's limit: no buffer comes back after the drops) or the library's
+// pool ran out and it refused CUPTI's requests (the mock holding full buffers until a flush;
+// BuffersRefused counts the refusals).
+func TestDroppedRecordsCounted(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     []string
+		refused bool
+	}{
+		{"cupti-limit", []string{"SPECPROF_MOCK_CUPTI_BUFFER_LIMIT=2"}, false},
+		{"pool-exhausted", []string{"SPECPROF_MOCK_CUPTI_HOLD_BUFFERS=1", "SPECPROF_CUPTI_BUFFERS=2"}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			col := newCollector()
+			_, sock := startReceiver(t, col)
+			mstats := filepath.Join(t.TempDir(), "mock.json")
+			args := workloadArgs("eager", 20)
+			env := append([]string{"SPECPROF_MOCK_CUPTI_STATS=" + mstats, "SPECPROF_CUPTI_BUFFER_KB=16"}, c.env...)
+			res := runWorkload(t, injectEnv(t, sock, env...), args...)
+			sameOutput(t, res, args...)
+			d := col.waitOpen(t, 5*time.Second)
+			d.waitClosed(t, 5*time.Second)
+			ms := readMockStats(t, mstats)
+			if !d.final || ms.Dropped == 0 || d.lib.DroppedCUPTI != ms.Dropped {
+				t.Errorf("final STATS %v: the library counted %d records dropped by CUPTI, the mock dropped %d",
+					d.final, d.lib.DroppedCUPTI, ms.Dropped)
+			}
+			if (d.lib.BuffersRefused > 0) != c.refused {
+				t.Errorf("the library refused %d buffer requests", d.lib.BuffersRefused)
+			}
+			t.Logf("mock dropped %d; library stats %+v", ms.Dropped, d.lib)
+		})
+	}
 }

@@ -11,16 +11,17 @@ import (
 	"time"
 )
 
-// fakeLibrary connects like the injected library: HELLO, a NAME, kernels; it answers a flush
-// command with a STATS record flagged FlagFlushAck.
-func fakeLibrary(t *testing.T, path string, pid uint32, kernels int) net.Conn {
+// fakeLibrary connects like the injected library: HELLO (with this process's pid, as the
+// receiver checks), a NAME, kernels; it answers a flush command with a STATS record flagged
+// FlagFlushAck.
+func fakeLibrary(t *testing.T, path string, kernels int) net.Conn {
 	t.Helper()
 	c, err := net.Dial("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b []byte
-	b = append(b, encHello(pid)...)
+	b = append(b, encHello(uint32(os.Getpid()))...)
 	b = append(b, encName(1, "k1")...)
 	for i := 0; i < kernels; i++ {
 		b = append(b, encRecord(TypeKernel, 0, &Kernel{Start: uint64(i), End: uint64(i + 1), NameID: 1}, nil)...)
@@ -42,22 +43,27 @@ func fakeLibrary(t *testing.T, path string, pid uint32, kernels int) net.Conn {
 	return c
 }
 
+// countHandler counts what it is handed, by connection id.
 type countHandler struct {
 	mu      sync.Mutex
-	opened  map[uint32]bool
-	kernels map[uint32]int
+	opened  map[uint64]bool
+	kernels map[uint64]int
 	names   map[string]bool
 	closed  int
 }
 
+func newCountHandler() *countHandler {
+	return &countHandler{opened: map[uint64]bool{}, kernels: map[uint64]int{}, names: map[string]bool{}}
+}
+
 func (h *countHandler) Open(c *Conn) {
 	h.mu.Lock()
-	h.opened[c.Info().Pid] = true
+	h.opened[c.ID()] = true
 	h.mu.Unlock()
 }
 func (h *countHandler) Records(c *Conn, b *Batch) {
 	h.mu.Lock()
-	h.kernels[c.Info().Pid] += len(b.Kernels)
+	h.kernels[c.ID()] += len(b.Kernels)
 	for _, k := range b.Kernels {
 		h.names[c.Name(k.NameID)] = true
 	}
@@ -70,14 +76,19 @@ func (h *countHandler) Close(c *Conn, err error) {
 }
 
 func TestReceiverConnectionsFlushStats(t *testing.T) {
-	h := &countHandler{opened: map[uint32]bool{}, kernels: map[uint32]int{}, names: map[string]bool{}}
+	h := newCountHandler()
 	r, path := startReceiver(t, h)
 	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o666 {
 		t.Errorf("socket mode: %v %v", st.Mode(), err)
 	}
-	a := fakeLibrary(t, path, 100, 1000)
+	a := fakeLibrary(t, path, 1000)
 	defer a.Close()
-	b := fakeLibrary(t, path, 200, 10)
+	for deadline := time.Now().Add(5 * time.Second); len(r.Stats().Open) != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("first connection not accepted")
+		}
+	}
+	b := fakeLibrary(t, path, 10) // connection 2
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// The fake libraries wrote everything before their acknowledgement: after FlushWait the
@@ -92,7 +103,7 @@ func TestReceiverConnectionsFlushStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.mu.Lock()
-	if h.kernels[100] != 1000 || h.kernels[200] != 10 || !h.names["k1"] || !h.opened[100] || !h.opened[200] {
+	if h.kernels[1] != 1000 || h.kernels[2] != 10 || !h.names["k1"] || !h.opened[1] || !h.opened[2] {
 		t.Errorf("handler saw %v, names %v, opened %v", h.kernels, h.names, h.opened)
 	}
 	h.mu.Unlock()
@@ -123,12 +134,12 @@ func TestListenReplacesOnlyStaleSockets(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close()
-	r, err := Listen(stale)
+	r, err := Listen(Config{Path: stale})
 	if err != nil {
 		t.Fatalf("replacing a stale socket: %v", err)
 	}
 	// A live one is not.
-	if _, err := Listen(stale); err == nil || !strings.Contains(err.Error(), "another receiver") {
+	if _, err := Listen(Config{Path: stale}); err == nil || !strings.Contains(err.Error(), "another receiver") {
 		t.Errorf("second Listen on a live socket: %v", err)
 	}
 	r.Close()
@@ -138,20 +149,13 @@ func TestListenReplacesOnlyStaleSockets(t *testing.T) {
 	// A regular file is never removed.
 	file := filepath.Join(dir, "file")
 	os.WriteFile(file, []byte("x"), 0o644)
-	if _, err := Listen(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
+	if _, err := Listen(Config{Path: file}); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("Listen over a regular file: %v", err)
 	}
-	// The directory is created.
-	deep := filepath.Join(dir, "x", "y", "z.sock")
-	r, err = Listen(deep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Close()
 }
 
 func TestReceiverDropsBrokenStream(t *testing.T) {
-	h := &countHandler{opened: map[uint32]bool{}, kernels: map[uint32]int{}, names: map[string]bool{}}
+	h := newCountHandler()
 	r, path := startReceiver(t, h)
 	c, err := net.Dial("unix", path)
 	if err != nil {
@@ -160,7 +164,7 @@ func TestReceiverDropsBrokenStream(t *testing.T) {
 	defer c.Close()
 	bad := encRecord(TypeKernel, 0, &Kernel{}, nil)
 	bad[0] = 3 // length 3
-	c.Write(append(encHello(7), bad...))
+	c.Write(append(encHello(uint32(os.Getpid())), bad...))
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		st := r.Stats()
 		if st.Total.Errors.BadLength == 1 && len(st.Open) == 0 {
@@ -175,7 +179,7 @@ func TestReceiverDropsBrokenStream(t *testing.T) {
 
 // slowHandler is a countHandler that takes its time over every batch, like an agent busy
 // elsewhere when a target exits.
-type slowHandler struct{ countHandler }
+type slowHandler struct{ *countHandler }
 
 func (h *slowHandler) Records(c *Conn, b *Batch) {
 	time.Sleep(30 * time.Millisecond)
@@ -186,14 +190,14 @@ func (h *slowHandler) Records(c *Conn, b *Batch) {
 // cannot take a flush request) is read to its end by FlushWait before Close, even when the
 // handler is slow and most of those records are still in the socket.
 func TestFlushWaitReadsExitedLibrary(t *testing.T) {
-	h := &slowHandler{countHandler{opened: map[uint32]bool{}, kernels: map[uint32]int{}, names: map[string]bool{}}}
+	h := &slowHandler{newCountHandler()}
 	r, path := startReceiver(t, h)
 	c, err := net.Dial("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const kernels = 20000 // 1.9 MB: eight reads or more, 30 ms each
-	b := append(encHello(300), encName(1, "k1")...)
+	b := append(encHello(uint32(os.Getpid())), encName(1, "k1")...)
 	for i := 0; i < kernels; i++ {
 		b = append(b, encRecord(TypeKernel, 0, &Kernel{Start: uint64(i), End: uint64(i + 1), NameID: 1}, nil)...)
 	}
@@ -209,7 +213,7 @@ func TestFlushWaitReadsExitedLibrary(t *testing.T) {
 	r.Close()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.kernels[300] != kernels {
-		t.Errorf("the handler saw %d of the %d kernels the exited library sent", h.kernels[300], kernels)
+	if h.kernels[1] != kernels {
+		t.Errorf("the handler saw %d of the %d kernels the exited library sent", h.kernels[1], kernels)
 	}
 }

@@ -308,12 +308,12 @@ func (s *session) startCUPTI() ([]string, error) {
 		return nil, nil
 	}
 	lib, _ = filepath.Abs(lib)
-	sock := filepath.Join("/run/specprof", fmt.Sprintf("cupti-%d.sock", os.Getpid()))
-	rcv, err := cupti.Listen(sock)
+	rcv, err := s.listenCUPTI()
 	if err != nil {
-		return nil, fmt.Errorf("listen for the CUPTI library: %w", err)
+		return nil, err
 	}
 	s.rcv = rcv
+	sock := rcv.Path()
 	gpu := s.ag.GPU() // before the target starts: probe windows wait for its library (agent.Options.ProbeGPUWindows)
 	go func() {
 		if err := rcv.Serve(gpu); err != nil {
@@ -343,12 +343,68 @@ func (s *session) startCUPTI() ([]string, error) {
 	return env, nil
 }
 
+// authorizeWait bounds how long a connection from a process the agent does
+// not (yet) know as traced waits to become known: its fork event may still
+// be in the ring buffer (Agent.Traces finds a child of a traced process at
+// once; an orphan reparented away waits for that event).
+const authorizeWait = time.Second
+
+// listenCUPTI listens for the injected library in a fresh session directory:
+// under /run/specprof (0711) when this agent may write there, else, for an
+// agent without root, $XDG_RUNTIME_DIR/specprof or a specprof-<uid>
+// directory in the temporary directory (0700: only this user's targets can
+// connect there, which is said in the log). Only the processes this session
+// traces may deliver records (Agent.Traces), each under its own pid.
+func (s *session) listenCUPTI() (*cupti.Receiver, error) {
+	cfg := cupti.Config{Logger: s.log, Authorize: func(ctx context.Context, p cupti.Peer) error {
+		ctx, cancel := context.WithTimeout(ctx, authorizeWait)
+		defer cancel()
+		for !s.ag.Traces(p.Pid) {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("pid %d (uid %d) is not a process this session traces", p.Pid, p.Uid)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		return nil
+	}}
+	dirs := []string{cupti.DefaultDir}
+	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
+		dirs = append(dirs, filepath.Join(x, "specprof"))
+	}
+	dirs = append(dirs, filepath.Join(os.TempDir(), fmt.Sprintf("specprof-%d", os.Geteuid())))
+	var errs []error
+	for i, d := range dirs {
+		if i > 0 {
+			// A private parent: Listen keeps a directory's mode when it is
+			// tighter than its own 0711.
+			if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+				errs = append(errs, fmt.Errorf("creating %s: %w", d, err))
+				continue
+			}
+		}
+		cfg.Dir = d
+		rcv, err := cupti.Listen(cfg)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if i > 0 {
+			s.log.Info("CUPTI socket in a private directory: only this user's processes can deliver GPU records",
+				"socket", rcv.Path(), "because", errors.Join(errs...))
+		}
+		return rcv, nil
+	}
+	return nil, fmt.Errorf("listen for the CUPTI library: %w", errors.Join(errs...))
+}
+
 // finish writes the final report to the terminal and the output directory.
 func (s *session) finish() error {
 	if s.rcv != nil {
 		// The library flushes at the target's exit: read every connection
 		// to its end (a busy agent may still be behind), give late ones
 		// (other processes of the tree) a moment, then stop.
+		s.ag.GPU().Ending()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_ = s.rcv.FlushWait(ctx)
 		cancel()
@@ -367,8 +423,24 @@ func (s *session) finish() error {
 			}
 		}
 	}
+	if s.rcv != nil {
+		r.GPUReceiver = agent.NewReceiverStats(s.rcv.Stats())
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The exporters finish first: what they lost on the way out is in the
+	// report. Their files and errors are listed after it.
+	type finished struct {
+		files []string
+		err   error
+	}
+	done := make([]finished, len(s.sinks))
+	for i, sk := range s.sinks {
+		done[i].files, done[i].err = sk.finish(r, s.outDir)
+		if ea, ok := sk.(exportAccounter); ok {
+			r.Exports = append(r.Exports, ea.exportStats())
+		}
+	}
 	if err := summary.WriteReport(s.out, r); err != nil {
 		return err
 	}
@@ -381,13 +453,12 @@ func (s *session) finish() error {
 		return err
 	}
 	fmt.Fprintf(s.out, "report: %s\n", path)
-	for _, sk := range s.sinks {
-		files, err := sk.finish(r, s.outDir)
-		for _, f := range files {
+	for _, d := range done {
+		for _, f := range d.files {
 			fmt.Fprintf(s.out, "wrote: %s\n", f)
 		}
-		if err != nil {
-			fmt.Fprintf(s.out, "specprof: %v\n", err)
+		if d.err != nil {
+			fmt.Fprintf(s.out, "specprof: %v\n", d.err)
 		}
 	}
 	if s.evFile != nil {

@@ -255,7 +255,7 @@ func TestRunAPIRecordsFromCallbacks(t *testing.T) {
 			if l := rep.Loss; l.LaunchesWithoutAPI != 0 || l.GPUWithoutAPI != 0 || l.GPULate != 0 {
 				t.Errorf("losses: %+v", l)
 			}
-			if g := rep.Processes[0].GPU; g == nil || g.DroppedBackpressure != 0 || g.DroppedNoAgent != 0 {
+			if g := rep.Processes[0].GPU; g == nil || g.DroppedBackpressure == nil || *g.DroppedBackpressure != 0 || g.DroppedNoAgent == nil || *g.DroppedNoAgent != 0 {
 				t.Errorf("library drops: %+v", g)
 			}
 			checkKernels(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "events.jsonl"))

@@ -132,6 +132,19 @@ func (k *perfettoSink) dropped() (string, uint64) {
 	return "perfetto", uint64(ev)
 }
 
+// exportStats implements exportAccounter: the events of the cycles beyond
+// the cap, left out of the timeline.
+func (k *perfettoSink) exportStats() *agent.ExportStats {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, ev := k.t.Dropped()
+	e := &agent.ExportStats{Exporter: "perfetto", Unit: "events", Dropped: uint64(ev)}
+	if c > 0 {
+		e.Detail = fmt.Sprintf("%d cycles beyond --perfetto-max-events %d", c, filesFlags.perfettoEvents)
+	}
+	return e
+}
+
 func (k *perfettoSink) finish(_ *agent.Report, outDir string) ([]string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

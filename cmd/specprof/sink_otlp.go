@@ -116,4 +116,14 @@ func (o *otlpSink) finish(*agent.Report, string) ([]string, error) {
 	return nil, err
 }
 
-var _ dropReporter = (*otlpSink)(nil)
+// exportStats implements exportAccounter: every span not delivered, by why.
+func (o *otlpSink) exportStats() *agent.ExportStats {
+	st := o.e.Stats()
+	return &agent.ExportStats{Exporter: "otlp", Unit: "spans", Dropped: st.SpansDropped, Failed: st.SpansFailed,
+		Unsent: st.Pending(), Detail: st.FirstError}
+}
+
+var (
+	_ dropReporter    = (*otlpSink)(nil)
+	_ exportAccounter = (*otlpSink)(nil)
+)

@@ -39,3 +39,10 @@ func registerSink(k sinkKind) { sinkKinds = append(sinkKinds, k) }
 type sinkStarter interface {
 	start(s *session) error
 }
+
+// exportAccounter is a sink that can lose what it exports (the OTLP queue
+// and endpoint, the Perfetto event cap): once finish has returned, its
+// account goes into the report (agent.Report.Exports).
+type exportAccounter interface {
+	exportStats() *agent.ExportStats
+}

@@ -1608,7 +1608,20 @@ static uint64_t duty_step(uint64_t now) {
     }
 }
 
+/* Adds what CUPTI dropped since the last read to st.dropped_cupti (sender thread, under cupti_mu).
+ * buffer_completed reads the count too, but only when a buffer comes back: records dropped because
+ * no buffer could be had (the pool exhausted, a failed allocation, CUPTI's own limits) are often the
+ * last ones before the process ends, with no buffer completed after them, so every STATS reads the
+ * global queue's count first (NULL context: CUPTI resets it on each read, so nothing counts twice). */
+static void read_dropped(void) {
+    size_t dropped = 0;
+    if (!C.ActivityGetNumDroppedRecords || !cupti_usable()) return;
+    if (C.ActivityGetNumDroppedRecords(NULL, 0, &dropped) == SPC_SUCCESS && dropped)
+        atomic_fetch_add(&st.dropped_cupti, dropped);
+}
+
 static void send_stats(uint16_t flags) {
+    read_dropped();
     struct spw_stats w = {
         .recordsDelivered = atomic_load(&st.delivered),
         .droppedCUPTI = atomic_load(&st.dropped_cupti),

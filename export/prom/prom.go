@@ -309,13 +309,21 @@ func (r *reportCollector) Collect(ch chan<- prometheus.Metric) {
 		if g == nil {
 			continue
 		}
-		ch <- prometheus.MustNewConstMetric(cuptiRecordsDesc, prometheus.CounterValue, float64(g.Delivered), pid)
 		ch <- prometheus.MustNewConstMetric(cuptiKernelsDesc, prometheus.CounterValue, float64(g.Kernels), pid)
+		// The library's counters are left out while unknown (no STATS yet, or
+		// its connection ended without its final ones): a stale value would
+		// read as no loss.
+		if g.Delivered != nil {
+			ch <- prometheus.MustNewConstMetric(cuptiRecordsDesc, prometheus.CounterValue, float64(*g.Delivered), pid)
+		}
 		for _, d := range []struct {
 			reason string
-			n      uint64
-		}{{"cupti", g.DroppedCUPTI}, {"no_agent", g.DroppedNoAgent}, {"backpressure", g.DroppedBackpressure}, {"disconnect", g.DroppedDisconnect}} {
-			ch <- prometheus.MustNewConstMetric(cuptiDroppedDesc, prometheus.CounterValue, float64(d.n), pid, d.reason)
+			n      *uint64
+		}{{"cupti", g.DroppedCUPTI}, {"no_agent", g.DroppedNoAgent}, {"backpressure", g.DroppedBackpressure},
+			{"disconnect", g.DroppedDisconnect}} {
+			if d.n != nil {
+				ch <- prometheus.MustNewConstMetric(cuptiDroppedDesc, prometheus.CounterValue, float64(*d.n), pid, d.reason)
+			}
 		}
 	}
 }

@@ -68,8 +68,9 @@ func lossReport() *agent.Report {
 	for i := range v.NumField() {
 		v.Field(i).SetUint(uint64(100 + i))
 	}
-	r.Processes = []*agent.ProcessReport{{PID: 4242, GPU: &agent.GPUStats{Kernels: 77, Delivered: 500,
-		DroppedCUPTI: 1, DroppedNoAgent: 2, DroppedBackpressure: 3, DroppedDisconnect: 4},
+	n := func(v uint64) *uint64 { return &v }
+	r.Processes = []*agent.ProcessReport{{PID: 4242, GPU: &agent.GPUStats{Kernels: 77, Delivered: n(500),
+		DroppedCUPTI: n(1), DroppedNoAgent: n(2), DroppedBackpressure: n(3), DroppedDisconnect: n(4)},
 		Threads: []*agent.ThreadReport{{TID: 4242, ProbeCut: 5, LossCut: 6}, {TID: 4243, ProbeCut: 1}}}}
 	r.ProbeWindows = &agent.ProbeWindowStats{Windows: 12, Share: 0.05}
 	return r

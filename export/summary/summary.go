@@ -115,9 +115,14 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			fmt.Fprintf(w, "  python %s; libraries: %s\n", p.Python, strings.Join(p.Libraries, ", "))
 		}
 		if g := p.GPU; g != nil {
-			fmt.Fprintf(w, "  GPU (CUPTI %d): %d kernels (%d from graphs), %s ms kernel time, %d memcpy (%d bytes), %d memset, %d API records, %d graph nodes; %.0f records/s; dropped: by CUPTI %d, no agent %d, backpressure %d, disconnect %d\n",
+			fmt.Fprintf(w, "  GPU (CUPTI %d): %d kernels (%d from graphs), %s ms kernel time, %d memcpy (%d bytes), %d memset, %d API records, %d graph nodes; %.0f records/s; dropped: by CUPTI %s, no agent %s, backpressure %s, disconnect %s; buffer requests refused %s\n",
 				g.CUPTI, g.Kernels, g.GraphKernel, ms(float64(g.KernelNs)), g.Memcpys, g.MemcpyBytes, g.Memsets, g.APIs, g.GraphNodes,
-				g.RecordsPerSecond(), g.DroppedCUPTI, g.DroppedNoAgent, g.DroppedBackpressure, g.DroppedDisconnect)
+				g.RecordsPerSecond(), count(g.DroppedCUPTI), count(g.DroppedNoAgent), count(g.DroppedBackpressure), count(g.DroppedDisconnect),
+				count(g.BuffersRefused))
+			if deref(g.DroppedGraphNodes)+deref(g.NamesDropped)+g.DecodeErrors+g.NameTableFull > 0 {
+				fmt.Fprintf(w, "  GPU records incomplete: %d graph-node events beyond the library's table, %d kernels sent unnamed (its name table full), %d names the agent did not keep (its table full), %d malformed records\n",
+					deref(g.DroppedGraphNodes), deref(g.NamesDropped), g.NameTableFull, g.DecodeErrors)
+			}
 		}
 		if d := p.Duty; d != nil {
 			open := ""
@@ -225,9 +230,39 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			fmt.Fprintln(w)
 		}
 	}
+	if g := r.GPUReceiver; g != nil && g.Rejected+g.Malformed+g.NamesNotKept > 0 {
+		fmt.Fprintf(w, "CUPTI socket: %d connections accepted, %d rejected (not traced %d, pid mismatch %d, over limit %d, no HELLO in time %d, bad HELLO %d, peer unknown %d; at most %d held at once); malformed records %d (bad length %d, unknown type %d, short %d, truncated %d, bad name %d, extra HELLO %d); kernel names not kept %d\n",
+			g.Accepted, g.Rejected, g.NotTraced, g.PidMismatch, g.OverLimit, g.NoHello, g.BadHello, g.PeerUnknown, g.PeakOpen,
+			g.Malformed, g.BadLength, g.UnknownType, g.Short, g.Truncated, g.BadName, g.ExtraHello, g.NamesNotKept)
+	}
+	for _, e := range r.Exports {
+		if e.Dropped+e.Failed+e.Unsent > 0 {
+			fmt.Fprintf(w, "export %s: %d %s dropped, %d failed, %d unsent", e.Exporter, e.Dropped, e.Unit, e.Failed, e.Unsent)
+			if e.Detail != "" {
+				fmt.Fprintf(w, " (%s)", e.Detail)
+			}
+			fmt.Fprintln(w)
+		}
+	}
 	fmt.Fprintf(w, "\nevents %d; lost: ringbuf %d, scratch %d, openat %d, decode %d; unattributed: no-python %d, no-thread-state %d, read-errors %d, truncated %d, stale %d, symbolize %d, after the process exited %d, unmatched sync exits %d\n",
 		r.Events, l.RingBuf, l.Scratch, l.OpenAt, l.DecodeErrors, l.NoPython, l.NoThreadState, l.ReadErrors, l.Truncated, l.Stale, l.SymbolErrors, l.ExitedUnread, l.UnmatchedExit)
 	return nil
+}
+
+// count prints a counter that may be unknown (nil).
+func count(p *uint64) string {
+	if p == nil {
+		return "unknown"
+	}
+	return fmt.Sprint(*p)
+}
+
+// deref is a counter's value, 0 when unknown (the report says so elsewhere).
+func deref(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func trim(s string, n int) string {

@@ -39,6 +39,10 @@
  *   SPECPROF_MOCK_CUPTI_STATS=path  at exit, write a JSON object with what the mock did
  *   SPECPROF_MOCK_CUPTI_BUFFER_LIMIT=n  grant the client at most n buffers in total; later
  *                                   requests are treated as refused (records dropped, counted)
+ *   SPECPROF_MOCK_CUPTI_HOLD_BUFFERS=1  hand full buffers back only in cuptiActivityFlushAll (or
+ *                                   cuptiFinalize), never from the worker: CUPTI's worker falling
+ *                                   behind, so that a client's pool of buffers runs out and it
+ *                                   refuses requests (records dropped, counted)
  *   SPECPROF_MOCK_CUPTI_KERNEL_SIZE=n   write kernel records of n bytes (a layout the client does
  *                                   not know: it must refuse rather than mis-decode)
  *   SPECPROF_MOCK_CUPTI_STUCK_CORR=1  once the DRIVER kind is enabled a second time (a duty window
@@ -106,6 +110,7 @@ static struct {
     enum layout layout;
     int busy, no_ts;
     long buffer_limit;
+    int hold_buffers; /* SPECPROF_MOCK_CUPTI_HOLD_BUFFERS=1 */
     size_t kernel_size; /* 0: the version's */
     char stats_path[1024];
     int64_t clock_offset; /* added to simulator times while no timestamp callback is registered */
@@ -307,7 +312,7 @@ static void *worker(void *arg) {
     for (;;) {
         size_t n;
         pthread_mutex_lock(&mu);
-        while (nfull == 0) pthread_cond_wait(&worker_cv, &mu);
+        while (nfull == 0 || cfg.hold_buffers) pthread_cond_wait(&worker_cv, &mu);
         struct fullbuf *bs = take_full_locked(&n);
         pthread_mutex_unlock(&mu);
         deliver(bs, n);
@@ -789,6 +794,7 @@ static void init(void) {
                 !strcmp(getenv("SPECPROF_MOCK_CUPTI_NO_TS_CALLBACK"), "1");
     const char *lim = getenv("SPECPROF_MOCK_CUPTI_BUFFER_LIMIT");
     cfg.buffer_limit = lim && *lim ? strtol(lim, NULL, 10) : -1;
+    cfg.hold_buffers = getenv("SPECPROF_MOCK_CUPTI_HOLD_BUFFERS") && !strcmp(getenv("SPECPROF_MOCK_CUPTI_HOLD_BUFFERS"), "1");
     const char *ks = getenv("SPECPROF_MOCK_CUPTI_KERNEL_SIZE");
     cfg.kernel_size = ks && *ks ? strtoul(ks, NULL, 10) : 0;
     if (cfg.kernel_size > sizeof(struct mock_kernel10)) cfg.kernel_size = sizeof(struct mock_kernel10);

@@ -85,7 +85,7 @@ func main() {
 	duration := flag.Duration("duration", 0, "stop after this long (0: until a signal)")
 	exitAfter := flag.Int("exit-after-conns", 0, "stop once this many connections have closed")
 	flag.Parse()
-	r, err := cupti.Listen(*socket)
+	r, err := cupti.Listen(cupti.Config{Path: *socket})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "recvtool:", err)
 		os.Exit(1)
