@@ -35,8 +35,10 @@ type Probes interface {
 	// Ungate takes pid off the library-open gate before the agent resumes
 	// it; false: the gate watchdog resumed it already (bpf.GateWatch).
 	Ungate(pid int) (bool, error)
-	// TrackedPIDs lists the processes the kernel side follows.
+	// TrackedPIDs lists the processes the kernel side follows; IsTracked
+	// asks for one.
 	TrackedPIDs() ([]int, error)
+	IsTracked(pid int) bool
 	// ThreadCycles lists the cycle counts BPF keeps per thread (Forget
 	// drops a process's).
 	ThreadCycles() ([]bpf.ThreadCycle, error)

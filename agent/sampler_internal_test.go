@@ -29,6 +29,7 @@ func (noProbes) Lost() (bpf.Lost, error)                  { return bpf.Lost{Samp
 func (noProbes) SetDeadline(time.Time)                    {}
 func (noProbes) Ungate(int) (bool, error)                 { return true, nil }
 func (noProbes) TrackedPIDs() ([]int, error)              { return nil, nil }
+func (noProbes) IsTracked(int) bool                       { return false }
 func (noProbes) ThreadCycles() ([]bpf.ThreadCycle, error) { return nil, nil }
 
 // cpuPhasesPreset loads testdata/workloads/cpu_phases.yaml (phases

@@ -64,6 +64,13 @@ func (t *Tracer) TrackedPIDs() ([]int, error) {
 	return out, nil
 }
 
+// IsTracked reports whether the kernel side follows pid (Track, or forked
+// from a tracked process).
+func (t *Tracer) IsTracked(pid int) bool {
+	var flags uint32
+	return t.objs.Tracked.Lookup(uint32(pid), &flags) == nil
+}
+
 // OpenGateMap opens the gated-process map from a file descriptor inherited
 // from the agent (the watchdog's side of GateMap).
 func OpenGateMap(fd int) (*ebpf.Map, error) {

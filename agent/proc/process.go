@@ -89,26 +89,3 @@ func Threads(pid int) ([]int, error) {
 	slices.Sort(tids)
 	return tids, nil
 }
-
-// Parent returns the pid of pid's parent (0 for the first process of a
-// pid namespace).
-func Parent(pid int) (int, error) {
-	b, err := os.ReadFile(procPath(pid, "stat"))
-	if err != nil {
-		return 0, fmt.Errorf("read stat of pid %d: %w", pid, err)
-	}
-	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("read stat of pid %d: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0, fmt.Errorf("read stat of pid %d: %d fields after the command name", pid, len(f))
-	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return 0, fmt.Errorf("read stat of pid %d: parent %q: %w", pid, f[1], err)
-	}
-	return ppid, nil
-}
