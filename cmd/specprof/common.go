@@ -102,6 +102,9 @@ type session struct {
 	specCancel context.CancelFunc
 	scraper    *specmetrics.Scraper
 	specSaid   bool
+	// specLinesDropped and specBytesDropped: the target's output that the
+	// output helper did not forward to the log scanners (tee.go).
+	specLinesDropped, specBytesDropped uint64
 
 	gpus   *gpuinfo.Registry // nil without NVML
 	sinks  []sink
@@ -364,6 +367,11 @@ func (s *session) finish() error {
 	if err := summary.WriteReport(s.out, r); err != nil {
 		return err
 	}
+	if s.specLinesDropped > 0 {
+		fmt.Fprintf(s.out, "spec metrics: %d lines (%d bytes) of the target's output were not read for them: specprof fell behind or was stopped, "+
+			"and the copy it reads is dropped rather than hold the target back (the output itself was passed on whole)\n",
+			s.specLinesDropped, s.specBytesDropped)
+	}
 	if !anyLibrary(r) {
 		fmt.Fprintln(s.out, "specprof: no traced process loaded libcuda.so or libnccl.so, so no CUDA call was traced "+
 			"(check that the program uses CUDA and that its libcuda.so.1 is the one on its library path)")
@@ -441,9 +449,9 @@ func anyLibrary(r *agent.Report) bool {
 }
 
 // startSpecMetrics sets up the source of accept length and tok/s. It
-// returns the writers to tee the target's stdout and stderr through (log
+// returns the scanners for the target's stdout and stderr lines (log
 // source), or nils.
-func (s *session) startSpecMetrics(canTee bool) (stdout, stderr io.Writer, err error) {
+func (s *session) startSpecMetrics(canTee bool) (stdout, stderr *specmetrics.LineScanner, err error) {
 	src := s.flags.spec
 	switch {
 	case src == "off" || src == "":
@@ -507,10 +515,11 @@ func (s *session) specTotal() *agent.SpecMetrics {
 		return nil
 	}
 	t := s.spec.Total()
-	if !t.HasAccept && !t.HasTok {
+	if !t.HasAccept && !t.HasTok && s.specLinesDropped == 0 {
 		return nil
 	}
-	m := &agent.SpecMetrics{Source: s.specSrc, Samples: t.Samples}
+	m := &agent.SpecMetrics{Source: s.specSrc, Samples: t.Samples,
+		LogLinesDropped: s.specLinesDropped, LogBytesDropped: s.specBytesDropped}
 	if !math.IsNaN(t.AcceptLen) {
 		v := t.AcceptLen
 		m.AcceptLen = &v
