@@ -172,10 +172,13 @@ func TestTargetKilledMidTrace(t *testing.T) {
 	var child int
 	for time.Now().Before(deadline) && child == 0 {
 		time.Sleep(200 * time.Millisecond)
-		// Any of specprof's threads may have forked it: ask for children by parent pid.
+		// Any of specprof's threads may have forked it: ask for children by
+		// parent pid, leaving out the output helper.
 		b, _ := exec.Command("pgrep", "-P", itoa(cmd.Process.Pid)).Output()
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			child = atoi(f[0])
+		for _, f := range strings.Fields(string(b)) {
+			if argv, _ := os.ReadFile("/proc/" + f + "/cmdline"); !strings.Contains(string(argv), teeArg) {
+				child = atoi(f)
+			}
 		}
 	}
 	if child == 0 {
