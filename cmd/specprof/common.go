@@ -36,6 +36,7 @@ type sessionFlags struct {
 	rules    string
 	interval int
 	outDir   string
+	force    bool
 	events   string
 	quiet    bool
 	verbose  bool
@@ -58,7 +59,9 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.rules, "rules", "", "YAML file with phase rules (may extend a preset)")
 	fl.IntVar(&f.interval, "interval", 100, "print the phase table every N cycles (0: only the final report)")
 	fl.StringVarP(&f.outDir, "output", "o", "", "output directory (default ./specprof-out/<timestamp>)")
-	fl.StringVar(&f.events, "events", "", "also write every attributed call as JSON lines to this file")
+	fl.BoolVar(&f.force, "force", false, "write into an existing output directory that is not empty, and over an existing --events file, replacing files of the same names "+
+		"(without it the directory must be new or empty; links are never written through)")
+	fl.StringVar(&f.events, "events", "", "also write every attributed call as JSON lines to this file (a new file, unless --force)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no periodic tables")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "debug logging")
 	fl.StringVar(&f.cupti, "cupti", "auto", "GPU-side records through the injected CUPTI library: auto (when the library is found), on, off")
@@ -93,7 +96,7 @@ type session struct {
 	mu     sync.Mutex
 	evFile *os.File
 	evEnc  *eventWriter
-	outDir string
+	dir    *outDir
 	rcv    *cupti.Receiver
 	log    *slog.Logger
 
@@ -115,7 +118,7 @@ type session struct {
 	bpfStats io.Closer
 }
 
-func newSession(f *sessionFlags, out io.Writer) (*session, error) {
+func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 	preset, err := f.loadPreset()
 	if err != nil {
 		return nil, err
@@ -167,14 +170,24 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	s := &session{flags: f, out: out, log: log}
-	s.outDir = f.outDir
-	if s.outDir == "" {
-		s.outDir = filepath.Join("specprof-out", time.Now().Format("20060102-150405"))
+	// The outputs are checked before anything else is set up, and before
+	// the command starts: a session that cannot write its results must
+	// not run.
+	if s.dir, err = openOutDir(f.outDir, f.force); err != nil {
+		return nil, err
 	}
-	if f.events != "" {
-		s.evFile, err = os.Create(f.events)
+	defer func() {
 		if err != nil {
-			return nil, fmt.Errorf("create events file: %w", err)
+			s.dir.close()
+			if s.evFile != nil {
+				s.evFile.Close()
+			}
+		}
+	}()
+	if f.events != "" {
+		s.evFile, err = createFile(f.events, f.force)
+		if err != nil {
+			return nil, fmt.Errorf("events file: %w", err)
 		}
 		s.evEnc = newEventWriter(s.evFile)
 	}
@@ -365,7 +378,7 @@ func (s *session) finish() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := summary.WriteReport(s.out, r); err != nil {
-		return err
+		return fmt.Errorf("write the report: %w", err)
 	}
 	if s.specLinesDropped > 0 {
 		fmt.Fprintf(s.out, "spec metrics: %d lines (%d bytes) of the target's output were not read for them: specprof fell behind or was stopped, "+
@@ -376,13 +389,13 @@ func (s *session) finish() error {
 		fmt.Fprintln(s.out, "specprof: no traced process loaded libcuda.so or libnccl.so, so no CUDA call was traced "+
 			"(check that the program uses CUDA and that its libcuda.so.1 is the one on its library path)")
 	}
-	path, err := summary.WriteJSON(s.outDir, r)
-	if err != nil {
-		return err
+	// Every output is written even when one fails.
+	path, repErr := s.writeReportJSON(r)
+	if repErr == nil {
+		fmt.Fprintf(s.out, "report: %s\n", path)
 	}
-	fmt.Fprintf(s.out, "report: %s\n", path)
 	for _, sk := range s.sinks {
-		files, err := sk.finish(r, s.outDir)
+		files, err := sk.finish(r, s.dir)
 		for _, f := range files {
 			fmt.Fprintf(s.out, "wrote: %s\n", f)
 		}
@@ -394,10 +407,27 @@ func (s *session) finish() error {
 		s.evEnc.flush()
 		s.evFile.Close()
 	}
-	return nil
+	return repErr
+}
+
+// writeReportJSON writes the report to report.json in the output directory.
+func (s *session) writeReportJSON(r *agent.Report) (string, error) {
+	f, err := s.dir.create(summary.JSONFile)
+	if err != nil {
+		return "", err
+	}
+	if err := summary.WriteJSON(f, r); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("close %s: %w", f.Name(), err)
+	}
+	return f.Name(), nil
 }
 
 func (s *session) close() {
+	s.dir.close()
 	if s.bpfStats != nil {
 		s.logBPFStats()
 		_ = s.bpfStats.Close()

@@ -143,7 +143,17 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 	t.Run("not enough privilege", func(t *testing.T) {
-		cmd := exec.Command(specprofBin(t), "run", "-o", "/tmp", "--", "true")
+		// An output directory that user can write to, so that the missing
+		// privilege is the first thing wrong.
+		dir, err := os.MkdirTemp("", "specprof-nobody")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		if err := os.Chown(dir, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(specprofBin(t), "run", "-o", dir, "--", "true")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.CombinedOutput()
 		wantErr(t, string(out), err, "CAP_BPF", "root")
