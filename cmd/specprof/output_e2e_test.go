@@ -231,6 +231,7 @@ func TestTargetOutputOutlivesSpecprof(t *testing.T) {
 			t.Fatalf("no spec metrics in the report")
 		}
 		cycles := 12000
+		t.Logf("%d samples; %d lines (%d bytes) dropped", rep.Spec.Samples, rep.Spec.LogLinesDropped, rep.Spec.LogBytesDropped)
 		if rep.Spec.LogLinesDropped == 0 || rep.Spec.LogBytesDropped == 0 {
 			t.Errorf("spec metrics: %d lines (%d bytes) dropped, want some: specprof was stopped through %d lines",
 				rep.Spec.LogLinesDropped, rep.Spec.LogBytesDropped, cycles)

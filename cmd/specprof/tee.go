@@ -31,8 +31,9 @@ import (
 // the copy and counted, and the target's output goes on.
 
 // teeArg marks the hidden output helper. It gets the read ends of the
-// target's stdout and stderr pipes on fds 3 and 4 and a stream socket to
-// specprof on fd 5.
+// target's stdout and stderr pipes on fds 3 and 4, a stream socket to
+// specprof on fd 5, and on fd 6 the write end of a pipe that it closes
+// when both of the target's pipes have ended.
 const teeArg = "__specprof_tee"
 
 // teeQueueBytes bounds what the helper holds for a specprof that does not
@@ -40,9 +41,14 @@ const teeArg = "__specprof_tee"
 const teeQueueBytes = 4 << 20
 
 // teeWaitDelay is how long specprof, once the target has exited, waits for
-// the rest of its output: processes it left behind may hold the pipes for
-// as long as they live.
+// its output to end: processes it left behind may hold the pipes for as
+// long as they live.
 const teeWaitDelay = 2 * time.Second
+
+// teeDrainLimit bounds the wait, once the output has ended, for what the
+// helper still holds for specprof (at most teeQueueBytes): it is read in
+// full unless the helper is itself stopped.
+const teeDrainLimit = 30 * time.Second
 
 // Frames on the forward socket: a tag byte, the payload's length (uint32,
 // little endian), the payload. A line frame carries whole lines of one
@@ -88,6 +94,8 @@ func runTee() int {
 		}()
 	}
 	wg.Wait()
+	// specprof now waits for the copy, however long its delivery takes.
+	unix.Close(6)
 	q.close()
 	<-fwd
 	return 0
@@ -296,6 +304,8 @@ type tee struct {
 	sock           *os.File
 	done           chan struct{} // read has returned
 	err            error         // why read returned, if not at EOF
+	ended          chan struct{} // the helper saw both pipes end
+	endedR         *os.File
 
 	mu           sync.Mutex
 	lines, bytes uint64 // dropped, as the helper last reported
@@ -338,17 +348,31 @@ func startTee(self string, out, errw io.Writer) (t *tee, err error) {
 		errW.Close()
 		return nil, fmt.Errorf("set up the output helper's socket: %w", err)
 	}
-	t = &tee{stdout: outW, stderr: errW, sock: os.NewFile(uintptr(fds[0]), "output helper"), done: make(chan struct{})}
+	t = &tee{stdout: outW, stderr: errW, sock: os.NewFile(uintptr(fds[0]), "output helper"), done: make(chan struct{}),
+		ended: make(chan struct{})}
+	endedW := (*os.File)(nil)
+	if t.endedR, endedW, err = os.Pipe(); err != nil {
+		t.sock.Close()
+		outW.Close()
+		errW.Close()
+		return nil, fmt.Errorf("create the output helper's pipe: %w", err)
+	}
+	closers = append(closers, endedW)
 	t.helper = exec.Command(self, teeArg)
 	t.helper.Stdout, t.helper.Stderr = os.Stdout, os.Stderr
-	t.helper.ExtraFiles = []*os.File{outR, errR, theirs}
+	t.helper.ExtraFiles = []*os.File{outR, errR, theirs, endedW}
 	if err := t.helper.Start(); err != nil {
 		t.sock.Close()
+		t.endedR.Close()
 		outW.Close()
 		errW.Close()
 		return nil, fmt.Errorf("start the output helper: %w", err)
 	}
 	go func() { _ = t.helper.Wait() }()
+	go func() {
+		_, _ = io.Copy(io.Discard, t.endedR)
+		close(t.ended)
+	}()
 	go t.read(out, errw)
 	return t, nil
 }
@@ -399,18 +423,34 @@ func (t *tee) read(out, errw io.Writer) {
 	}
 }
 
-// finish waits, once the target has exited, up to teeWaitDelay for the
-// rest of its output, then stops reading. The helper lives on while
-// processes the target left behind hold the pipes, passing their output to
-// the terminal. It returns the lines and bytes the helper dropped.
+// finish waits, once the target has exited, up to teeWaitDelay for its
+// output to end, and then for the helper to deliver what it holds; then it
+// stops reading. The helper lives on while processes the target left
+// behind hold the pipes, passing their output to the terminal. It returns
+// the lines and bytes the helper dropped.
 func (t *tee) finish() (lines, bytes uint64, err error) {
+	cut := false
+	limit := time.After(teeWaitDelay)
 	select {
+	case <-t.ended:
+		limit = time.After(teeDrainLimit)
 	case <-t.done:
-	case <-time.After(teeWaitDelay):
+	case <-limit:
+		cut = true
+	}
+	if !cut {
+		select {
+		case <-t.done:
+		case <-limit:
+			cut = true
+		}
+	}
+	if cut {
 		_ = t.sock.SetReadDeadline(time.Now())
 		<-t.done
 		t.err = nil // cut short on purpose
 	}
+	t.endedR.Close()
 	t.sock.Close()
 	t.mu.Lock()
 	defer t.mu.Unlock()
