@@ -24,6 +24,7 @@ type logTarget struct {
 	dir      string
 	progress string // the workload's progress file
 	status   string // its exit status, written by the sh around it
+	shell    string // run by that sh before the workload
 }
 
 func newLogTarget(t *testing.T, args ...string) *logTarget {
@@ -73,7 +74,7 @@ func startTraced(t *testing.T, lt *logTarget, flags ...string) (cmd *exec.Cmd, s
 	py := append([]string{"python3", logWorkload(t)}, lt.args...)
 	py = append(py, "--progress", lt.progress)
 	args := append([]string{"run", "-q", "--interval", "0", "--cupti", "off", "-o", filepath.Join(lt.dir, "out")}, flags...)
-	args = append(args, "--", "sh", "-c", `"$@"; echo $? > `+lt.status, "sh")
+	args = append(args, "--", "sh", "-c", lt.shell+`"$@"; echo $? > `+lt.status, "sh")
 	args = append(args, py...)
 	cmd = exec.Command(specprofBin(t), args...)
 	cmd.Stdout, cmd.Stderr = fo, fe
@@ -266,6 +267,42 @@ func TestTargetOutputOutlivesSpecprof(t *testing.T) {
 			t.Errorf("target stdout differs from an untraced run's: %d bytes, want %d", len(got), len(wantOut))
 		}
 	})
+}
+
+// TestOutputHelperIgnoresGroupSignals: the terminal's Ctrl-C (and a
+// hangup, or a SIGTERM or SIGQUIT for the process group) goes to every
+// process of the group. A target that ignores them keeps running, and its
+// output must keep reaching the terminal: the output helper ignores them
+// too, whatever becomes of specprof (SIGQUIT ends it).
+func TestOutputHelperIgnoresGroupSignals(t *testing.T) {
+	testenv.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	args := []string{"--cycles", "3000", "--pad", "100", "--sleep-ms", "0.5", "--stderr-every", "50"}
+	wantOut, wantErr := untracedOutput(t, args...)
+	lt := newLogTarget(t, args...)
+	lt.shell = `trap '' INT HUP TERM QUIT; ` // ignored signals stay ignored across exec
+	cmd, stdout, stderr := startTraced(t, lt)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGQUIT} {
+		waitFor(t, "the target's next cycles", func() bool { n := lt.cycles(); return n < 0 || n >= 10 })
+		if err := syscall.Kill(-cmd.Process.Pid, sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lt.cycles() < 0 {
+		t.Fatal("the target finished before the last signal: give it more cycles")
+	}
+	if st := lt.exitStatus(t); st != "0" {
+		t.Errorf("target exit status %s, want 0", st)
+	}
+	_ = cmd.Wait()
+	if got := readFile(t, stdout); !bytes.HasPrefix(got, wantOut) {
+		t.Errorf("target stdout is not an untraced run's: %d bytes, want %d first", len(got), len(wantOut))
+	}
+	if got := workloadLines(readFile(t, stderr)); got != string(wantErr) {
+		t.Errorf("target stderr differs from an untraced run's:\n%s\nwant\n%s", tail(got, 300), tail(string(wantErr), 300))
+	}
 }
 
 // TestRunSpecMetricsFromLog: a healthy specprof parses every Decode batch

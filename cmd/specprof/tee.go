@@ -94,7 +94,8 @@ func runTee() int {
 		}()
 	}
 	wg.Wait()
-	// specprof now waits for the copy, however long its delivery takes.
+	// Tell specprof that the output has ended: what is queued for it is
+	// all there will be, worth waiting for.
 	unix.Close(6)
 	q.close()
 	<-fwd
@@ -350,7 +351,7 @@ func startTee(self string, out, errw io.Writer) (t *tee, err error) {
 	}
 	t = &tee{stdout: outW, stderr: errW, sock: os.NewFile(uintptr(fds[0]), "output helper"), done: make(chan struct{}),
 		ended: make(chan struct{})}
-	endedW := (*os.File)(nil)
+	var endedW *os.File
 	if t.endedR, endedW, err = os.Pipe(); err != nil {
 		t.sock.Close()
 		outW.Close()
