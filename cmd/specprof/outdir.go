@@ -62,8 +62,9 @@ func openOutDir(path string, force bool) (_ *outDir, err error) {
 			return nil, err
 		}
 	}
-	// Root passes permission bits; a read-only file system, a full quota
-	// or a non-root user's permissions show only when a file is created.
+	// Root passes permission bits, so the mode says little: a read-only
+	// file system (or, for a user given capabilities, the permissions)
+	// shows when a file is created.
 	probe := fmt.Sprintf(".specprof-write-check-%d", os.Getpid())
 	fd, err := openBeneath(d.fd, probe)
 	if err != nil {
