@@ -254,6 +254,13 @@ type SpecMetrics struct {
 	Samples   int      `json:"samples"`
 	AcceptLen *float64 `json:"accept_len_mean,omitempty"`
 	TokPerSec *float64 `json:"gen_tok_per_s_mean,omitempty"`
+	// LogLinesDropped and LogBytesDropped count the target's output lines
+	// (source log) that specprof did not read for these figures: its copy
+	// of the output is dropped rather than holding the target back when
+	// specprof falls behind or is stopped. The output itself still reaches
+	// the terminal whole.
+	LogLinesDropped uint64 `json:"log_lines_dropped,omitempty"`
+	LogBytesDropped uint64 `json:"log_bytes_dropped,omitempty"`
 }
 
 func sortedStats(m map[uint16]*PhaseStats, order func(uint16) int) []*PhaseStats {

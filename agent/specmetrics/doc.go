@@ -4,8 +4,8 @@
 //
 // Two sources feed a [Tracker]:
 //
-//   - the server's log: a [LineScanner] is an io.Writer that the target's
-//     stdout and stderr are teed through; [ParseLogLine] reads SGLang's
+//   - the server's log: a [LineScanner] is an io.Writer fed a copy of the
+//     target's stdout or stderr; [ParseLogLine] reads SGLang's
 //     "Decode batch" line and vLLM's "SpecDecoding metrics" and
 //     "Avg generation throughput" lines;
 //   - the server's Prometheus endpoint: a [Scraper] reads SGLang's gauges

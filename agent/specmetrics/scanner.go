@@ -12,9 +12,10 @@ import (
 const MaxLineLen = 64 << 10
 
 // LineScanner is an io.Writer that splits what is written into lines and
-// adds the samples [ParseLogLine] finds in them to a Tracker. The caller
-// writes the same bytes to the terminal itself (io.MultiWriter), so the
-// target's output is never held back waiting for a newline.
+// adds the samples [ParseLogLine] finds in them to a Tracker. It is fed a
+// copy of the target's output: the caller passes the output itself on to
+// the terminal, so that it is never held back waiting for a newline, nor
+// for the scanner.
 //
 // '\n' and '\r' both end a line (CRLF, and progress bars that redraw with
 // '\r'). A sample whose line has no time gets the time its line ended.

@@ -26,10 +26,10 @@ for g in on off; do
   : > "$f"
   for r in 1 2; do
     echo "round $r plain: $("$PY" bench/gpu/spec_loop.py --graphs "$g" --cycles 300)" >> "$f"
-    "$B" run -q --interval 0 --cupti off --rules bench/gpu/spec_loop.yaml -o "/tmp/ph-$g" --events "/tmp/ev-$g.jsonl" -- \
+    "$B" run -q --force --interval 0 --cupti off --rules bench/gpu/spec_loop.yaml -o "/tmp/ph-$g" --events "/tmp/ev-$g.jsonl" -- \
       "$PY" bench/gpu/spec_loop.py --graphs "$g" --cycles 300 --windows "/tmp/win-$g.json" > "/tmp/ph-$g.txt" 2>&1
     echo "round $r ebpf: $(grep tok_s /tmp/ph-$g.txt)" >> "$f"
-    "$B" run -q --interval 0 --cupti on --cupti-lib "$LIB" --rules bench/gpu/spec_loop.yaml -o "/tmp/cu-$g" --events "/tmp/cev-$g.jsonl" -- \
+    "$B" run -q --force --interval 0 --cupti on --cupti-lib "$LIB" --rules bench/gpu/spec_loop.yaml -o "/tmp/cu-$g" --events "/tmp/cev-$g.jsonl" -- \
       "$PY" bench/gpu/spec_loop.py --graphs "$g" --cycles 300 --windows "/tmp/cwin-$g.json" > "/tmp/cu-$g.txt" 2>&1
     echo "round $r ebpf+cupti: $(grep tok_s /tmp/cu-$g.txt)" >> "$f"
   done

@@ -36,6 +36,7 @@ type sessionFlags struct {
 	rules    string
 	interval int
 	outDir   string
+	force    bool
 	events   string
 	quiet    bool
 	verbose  bool
@@ -58,7 +59,9 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.rules, "rules", "", "YAML file with phase rules (may extend a preset)")
 	fl.IntVar(&f.interval, "interval", 100, "print the phase table every N cycles (0: only the final report)")
 	fl.StringVarP(&f.outDir, "output", "o", "", "output directory (default ./specprof-out/<timestamp>)")
-	fl.StringVar(&f.events, "events", "", "also write every attributed call as JSON lines to this file")
+	fl.BoolVar(&f.force, "force", false, "write into an existing output directory that is not empty, and over an existing --events file, replacing files of the same names "+
+		"(without it the directory must be new or empty; links are never written through)")
+	fl.StringVar(&f.events, "events", "", "also write every attributed call as JSON lines to this file (a new file, unless --force)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no periodic tables")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "debug logging")
 	fl.StringVar(&f.cupti, "cupti", "auto", "GPU-side records through the injected CUPTI library: auto (when the library is found), on, off")
@@ -93,7 +96,7 @@ type session struct {
 	mu     sync.Mutex
 	evFile *os.File
 	evEnc  *eventWriter
-	outDir string
+	dir    *outDir
 	rcv    *cupti.Receiver
 	log    *slog.Logger
 
@@ -102,6 +105,9 @@ type session struct {
 	specCancel context.CancelFunc
 	scraper    *specmetrics.Scraper
 	specSaid   bool
+	// specLinesDropped and specBytesDropped: the target's output that the
+	// output helper did not forward to the log scanners (tee.go).
+	specLinesDropped, specBytesDropped uint64
 
 	gpus   *gpuinfo.Registry // nil without NVML
 	sinks  []sink
@@ -114,7 +120,7 @@ type session struct {
 	watchdog *gateWatchdog // run: resumes gated processes if specprof cannot
 }
 
-func newSession(f *sessionFlags, out io.Writer) (*session, error) {
+func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 	preset, err := f.loadPreset()
 	if err != nil {
 		return nil, err
@@ -169,14 +175,24 @@ func newSession(f *sessionFlags, out io.Writer) (*session, error) {
 	if s.dev, err = readDevKnobs(); err != nil {
 		return nil, err
 	}
-	s.outDir = f.outDir
-	if s.outDir == "" {
-		s.outDir = filepath.Join("specprof-out", time.Now().Format("20060102-150405"))
+	// The outputs are checked before anything else is set up, and before
+	// the command starts: a session that cannot write its results must
+	// not run.
+	if s.dir, err = openOutDir(f.outDir, f.force); err != nil {
+		return nil, err
 	}
-	if f.events != "" {
-		s.evFile, err = os.Create(f.events)
+	defer func() {
 		if err != nil {
-			return nil, fmt.Errorf("create events file: %w", err)
+			s.dir.close()
+			if s.evFile != nil {
+				s.evFile.Close()
+			}
+		}
+	}()
+	if f.events != "" {
+		s.evFile, err = createFile(f.events, f.force)
+		if err != nil {
+			return nil, fmt.Errorf("events file: %w", err)
 		}
 		s.evEnc = newEventWriter(s.evFile)
 	}
@@ -436,23 +452,28 @@ func (s *session) finish() error {
 	}
 	done := make([]finished, len(s.sinks))
 	for i, sk := range s.sinks {
-		done[i].files, done[i].err = sk.finish(r, s.outDir)
+		done[i].files, done[i].err = sk.finish(r, s.dir)
 		if ea, ok := sk.(exportAccounter); ok {
 			r.Exports = append(r.Exports, ea.exportStats())
 		}
 	}
 	if err := summary.WriteReport(s.out, r); err != nil {
-		return err
+		return fmt.Errorf("write the report: %w", err)
+	}
+	if s.specLinesDropped > 0 {
+		fmt.Fprintf(s.out, "spec metrics: %d lines (%d bytes) of the target's output were not read for them: specprof fell behind or was stopped, "+
+			"and the copy it reads is dropped rather than hold the target back (the output itself was passed on whole)\n",
+			s.specLinesDropped, s.specBytesDropped)
 	}
 	if !anyLibrary(r) {
 		fmt.Fprintln(s.out, "specprof: no traced process loaded libcuda.so or libnccl.so, so no CUDA call was traced "+
 			"(check that the program uses CUDA and that its libcuda.so.1 is the one on its library path)")
 	}
-	path, err := summary.WriteJSON(s.outDir, r)
-	if err != nil {
-		return err
+	// Every output is written even when one fails.
+	path, repErr := s.writeReportJSON(r)
+	if repErr == nil {
+		fmt.Fprintf(s.out, "report: %s\n", path)
 	}
-	fmt.Fprintf(s.out, "report: %s\n", path)
 	for _, d := range done {
 		for _, f := range d.files {
 			fmt.Fprintf(s.out, "wrote: %s\n", f)
@@ -465,10 +486,27 @@ func (s *session) finish() error {
 		s.evEnc.flush()
 		s.evFile.Close()
 	}
-	return nil
+	return repErr
+}
+
+// writeReportJSON writes the report to report.json in the output directory.
+func (s *session) writeReportJSON(r *agent.Report) (string, error) {
+	f, err := s.dir.create(summary.JSONFile)
+	if err != nil {
+		return "", err
+	}
+	if err := summary.WriteJSON(f, r); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("close %s: %w", f.Name(), err)
+	}
+	return f.Name(), nil
 }
 
 func (s *session) close() {
+	s.dir.close()
 	if s.bpfStats != nil {
 		s.logBPFStats()
 		_ = s.bpfStats.Close()
@@ -523,9 +561,9 @@ func anyLibrary(r *agent.Report) bool {
 }
 
 // startSpecMetrics sets up the source of accept length and tok/s. It
-// returns the writers to tee the target's stdout and stderr through (log
+// returns the scanners for the target's stdout and stderr lines (log
 // source), or nils.
-func (s *session) startSpecMetrics(canTee bool) (stdout, stderr io.Writer, err error) {
+func (s *session) startSpecMetrics(canTee bool) (stdout, stderr *specmetrics.LineScanner, err error) {
 	src := s.flags.spec
 	switch {
 	case src == "off" || src == "":
@@ -589,10 +627,11 @@ func (s *session) specTotal() *agent.SpecMetrics {
 		return nil
 	}
 	t := s.spec.Total()
-	if !t.HasAccept && !t.HasTok {
+	if !t.HasAccept && !t.HasTok && s.specLinesDropped == 0 {
 		return nil
 	}
-	m := &agent.SpecMetrics{Source: s.specSrc, Samples: t.Samples}
+	m := &agent.SpecMetrics{Source: s.specSrc, Samples: t.Samples,
+		LogLinesDropped: s.specLinesDropped, LogBytesDropped: s.specBytesDropped}
 	if !math.IsNaN(t.AcceptLen) {
 		v := t.AcceptLen
 		m.AcceptLen = &v

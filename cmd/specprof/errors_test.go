@@ -143,7 +143,17 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 	t.Run("not enough privilege", func(t *testing.T) {
-		cmd := exec.Command(specprofBin(t), "run", "-o", "/tmp", "--", "true")
+		// An output directory that user can write to, so that the missing
+		// privilege is the first thing wrong.
+		dir, err := os.MkdirTemp("", "specprof-nobody")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		if err := os.Chown(dir, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(specprofBin(t), "run", "-o", dir, "--", "true")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.CombinedOutput()
 		wantErr(t, string(out), err, "CAP_BPF", "root")
@@ -172,10 +182,13 @@ func TestTargetKilledMidTrace(t *testing.T) {
 	var child int
 	for time.Now().Before(deadline) && child == 0 {
 		time.Sleep(200 * time.Millisecond)
-		// Any of specprof's threads may have forked it: ask for children by parent pid.
+		// Any of specprof's threads may have forked it: ask for children by
+		// parent pid, leaving out the output helper.
 		b, _ := exec.Command("pgrep", "-P", itoa(cmd.Process.Pid)).Output()
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			child = atoi(f[0])
+		for _, f := range strings.Fields(string(b)) {
+			if argv, _ := os.ReadFile("/proc/" + f + "/cmdline"); !strings.Contains(string(argv), teeArg) {
+				child = atoi(f)
+			}
 		}
 	}
 	if child == 0 {

@@ -159,8 +159,8 @@ func reap(t *testing.T, pid int) syscall.WaitStatus {
 	}
 }
 
-// untracedOutput runs the workload without specprof.
-func untracedOutput(t *testing.T, args ...string) workloadOutput {
+// untracedDemo runs the workload without specprof.
+func untracedDemo(t *testing.T, args ...string) workloadOutput {
 	t.Helper()
 	_, _, std, _, _ := standins(t)
 	cmd := exec.Command("python3", args...)
@@ -185,7 +185,7 @@ func TestFaultSpecprofKilledOrStopped(t *testing.T) {
 	}
 	workload := filepath.Join(root, "testdata/workloads/sglang_demo.py")
 	base := []string{workload, "--cycles", "120", "--mode", "graph", "--log-interval", "20"}
-	want := untracedOutput(t, base...)
+	want := untracedDemo(t, base...)
 	if want.Cycles != 120 || want.DecodeLines == 0 {
 		t.Fatalf("untraced run: %+v", want)
 	}
@@ -263,7 +263,7 @@ func TestFaultGateSlowAgent(t *testing.T) {
 	_, _, _, _, root := standins(t)
 	workload := filepath.Join(root, "testdata/workloads/sglang_demo.py")
 	base := []string{workload, "--cycles", "60", "--mode", "graph"}
-	want := untracedOutput(t, base...)
+	want := untracedDemo(t, base...)
 	s := startFaultSession(t, []string{"SPECPROF_TEST_GATE_HOLD=3s", "SPECPROF_GATE_TIMEOUT=100ms"},
 		append([]string{"--cupti", "off", "--spec-metrics", "off", "--", "python3"}, base...)...)
 	if err := s.cmd.Wait(); err != nil {

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // gateArg marks the hidden exec gate: `specprof run` starts itself with it,
@@ -35,7 +39,38 @@ func runGate(args []string) int {
 		fmt.Fprintf(os.Stderr, "specprof: %s: command not found\n", args[0])
 		return 127
 	}
+	// Capabilities belong to a thread, and execve gives the new program
+	// those of the thread that calls it: drop them on this one.
+	runtime.LockOSThread()
+	if err := dropInheritedCaps(); err != nil {
+		fmt.Fprintf(os.Stderr, "specprof: exec gate: %v; not starting %s with specprof's capabilities\n", err, args[0])
+		return 126
+	}
 	err = syscall.Exec(path, args, os.Environ())
 	fmt.Fprintf(os.Stderr, "specprof: exec %s: %v\n", path, err)
 	return 126
+}
+
+// dropInheritedCaps empties the calling thread's ambient and inheritable
+// capability sets, the two that execve carries over to a program without
+// file capabilities. specprof may hold CAP_BPF, CAP_PERFMON,
+// CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH as ambient capabilities (the
+// deployment without root), and the target must not: with them it could
+// read any file and trace any process. Under root the target is root, as
+// it would be without specprof.
+func dropInheritedCaps() error {
+	// EINVAL: a kernel without ambient capabilities (before 4.3), so none to clear.
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("clear the ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData // version 3: capabilities 0-31, then 32-63
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("read the capabilities: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clear the inheritable capabilities: %w", err)
+	}
+	return nil
 }

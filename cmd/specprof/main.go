@@ -18,6 +18,10 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == watchdogArg {
 		os.Exit(runGateWatchdog(os.Args[2:]))
 	}
+	// The output helper passes the target's output on (tee.go).
+	if len(os.Args) > 1 && os.Args[1] == teeArg {
+		os.Exit(runTee())
+	}
 	root := &cobra.Command{
 		Use:           "specprof",
 		Short:         "Profile speculative decoding (draft / verify / accept) of LLM servers without touching them",

@@ -3,12 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -37,10 +35,6 @@ func runCommand(f *sessionFlags, args []string) error {
 	}
 	defer s.close()
 
-	rd, wr, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("create exec gate pipe: %w", err)
-	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find own executable: %w", err)
@@ -56,21 +50,41 @@ func runCommand(f *sessionFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	var t *tee
 	if tout != nil {
-		// Tee through the log scanner; the target still writes to our
-		// terminal. Grandchildren holding the pipes must not hang us.
-		cmd.Stdout = io.MultiWriter(os.Stdout, tout)
-		cmd.Stderr = io.MultiWriter(os.Stderr, terr)
-		cmd.WaitDelay = 2 * time.Second
+		// The target writes into pipes held by the output helper, which
+		// passes its output on to the terminal whatever becomes of
+		// specprof and forwards a copy of its lines for the log scanners.
+		if t, err = startTee(self, tout, terr); err != nil {
+			return err
+		}
+		cmd.Stdout, cmd.Stderr = t.stdout, t.stderr
+	}
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		if t != nil {
+			t.started()
+		}
+		return fmt.Errorf("create exec gate pipe: %w", err)
 	}
 	cmd.ExtraFiles = []*os.File{rd}
 	if err := s.startGateWatchdog(); err != nil {
+		rd.Close()
+		wr.Close()
+		if t != nil {
+			t.started()
+		}
 		return err
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	rd.Close()
+	if t != nil {
+		t.started()
+	}
+	if err != nil {
+		wr.Close()
 		return fmt.Errorf("start %s: %w", args[0], err)
 	}
-	rd.Close()
 	if err := s.ag.AddRoot(cmd.Process.Pid, true); err != nil {
 		_, _ = wr.Write([]byte{'x'})
 		wr.Close()
@@ -94,6 +108,15 @@ func runCommand(f *sessionFlags, args []string) error {
 	agentErr := make(chan error, 1)
 	go func() { agentErr <- s.runAgent(done) }()
 	waitErr := cmd.Wait()
+	if t != nil {
+		lines, n, err := t.finish()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "specprof:", err)
+		}
+		tout.Flush()
+		terr.Flush()
+		s.specLinesDropped, s.specBytesDropped = lines, n
+	}
 	close(done)
 	if err := <-agentErr; err != nil {
 		fmt.Fprintln(os.Stderr, "specprof: agent:", err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/pflag"
 
@@ -32,18 +31,14 @@ func init() {
 			if !cyclesFlags.on {
 				return nil, nil
 			}
-			if err := os.MkdirAll(s.outDir, 0o755); err != nil {
-				return nil, fmt.Errorf("create output directory: %w", err)
-			}
-			path := filepath.Join(s.outDir, "cycles.jsonl")
-			f, err := os.Create(path)
+			f, err := s.dir.create("cycles.jsonl")
 			if err != nil {
-				return nil, fmt.Errorf("create %s: %w", path, err)
+				return nil, err
 			}
 			if cyclesFlags.kernels {
 				s.detail = true
 			}
-			return &cyclesSink{f: f, w: bufio.NewWriterSize(f, 1<<20), path: path}, nil
+			return &cyclesSink{f: f, w: bufio.NewWriterSize(f, 1<<20), path: f.Name()}, nil
 		},
 	})
 }
@@ -74,7 +69,7 @@ func (c *cyclesSink) cycle(t *agent.CycleTrace) {
 
 func (c *cyclesSink) sample(*agent.CPUSample) {}
 
-func (c *cyclesSink) finish(*agent.Report, string) ([]string, error) {
+func (c *cyclesSink) finish(*agent.Report, *outDir) ([]string, error) {
 	if err := c.w.Flush(); err != nil && c.err == nil {
 		c.err = fmt.Errorf("write %s: %w", c.path, err)
 	}

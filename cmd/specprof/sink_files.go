@@ -3,8 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 	"sync"
 
 	"github.com/google/pprof/profile"
@@ -88,26 +87,39 @@ func (k *pprofSink) dropped() (string, uint64) {
 	return "pprof", uint64(k.p.Folded())
 }
 
-func (k *pprofSink) finish(_ *agent.Report, outDir string) ([]string, error) {
+func (k *pprofSink) finish(_ *agent.Report, dir *outDir) ([]string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create output directory: %w", err)
-	}
 	var files []string
 	var errs []error
 	for _, f := range []struct {
 		name string
 		prof *profile.Profile
 	}{{pprof.GPUTimeFile, k.p.GPUTime()}, {pprof.SyncWaitFile, k.p.SyncWait()}, {pprof.CPUFile, k.p.CPU()}} {
-		path := filepath.Join(outDir, f.name)
-		if err := pprof.WriteFile(f.prof, path); err != nil {
+		err := writeOutput(dir, f.name, f.prof.Write)
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		files = append(files, path)
+		files = append(files, dir.join(f.name))
 	}
 	return files, errors.Join(errs...)
+}
+
+// writeOutput creates name in dir and has write fill it.
+func writeOutput(dir *outDir, name string, write func(io.Writer) error) error {
+	f, err := dir.create(name)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", f.Name(), err)
+	}
+	return nil
 }
 
 // perfettoSink accumulates the timeline.
@@ -145,16 +157,13 @@ func (k *perfettoSink) exportStats() *agent.ExportStats {
 	return e
 }
 
-func (k *perfettoSink) finish(_ *agent.Report, outDir string) ([]string, error) {
+func (k *perfettoSink) finish(_ *agent.Report, dir *outDir) ([]string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create output directory: %w", err)
-	}
-	path := filepath.Join(outDir, perfetto.FileName)
-	if err := k.t.WriteFile(path); err != nil {
+	if err := writeOutput(dir, perfetto.FileName, k.t.Write); err != nil {
 		return nil, err
 	}
+	path := dir.join(perfetto.FileName)
 	if c, ev := k.t.Dropped(); c > 0 {
 		return []string{path}, fmt.Errorf("%s: %d cycles (%d events) beyond --perfetto-max-events %d are not in the timeline",
 			path, c, ev, filesFlags.perfettoEvents)

@@ -105,7 +105,7 @@ func (o *otlpSink) dropped() (string, uint64) {
 // finish flushes within otlpFlushTimeout and prints the account of every
 // span: exported, dropped, failed or unsent, with the first error (which
 // covers a flush cut short by the deadline).
-func (o *otlpSink) finish(*agent.Report, string) ([]string, error) {
+func (o *otlpSink) finish(*agent.Report, *outDir) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), otlpFlushTimeout)
 	defer cancel()
 	err := o.e.Shutdown(ctx)

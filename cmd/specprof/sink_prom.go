@@ -79,7 +79,7 @@ func (p *promSink) sample(c *agent.CPUSample) {
 }
 
 // finish stops the server, letting a scrape in progress finish.
-func (p *promSink) finish(*agent.Report, string) ([]string, error) {
+func (p *promSink) finish(*agent.Report, *outDir) ([]string, error) {
 	if p.srv == nil {
 		return nil, nil
 	}

@@ -16,9 +16,10 @@ type sink interface {
 	// sample receives every CPU sample (same rules).
 	sample(s *agent.CPUSample)
 	// finish writes or flushes what the sink holds, once the session has
-	// ended; r is the final report and outDir the session's directory.
-	// It returns the files it wrote, for the closing lines.
-	finish(r *agent.Report, outDir string) ([]string, error)
+	// ended; r is the final report and dir the session's directory, where
+	// files are created with dir.create. It returns the files it wrote,
+	// for the closing lines.
+	finish(r *agent.Report, dir *outDir) ([]string, error)
 }
 
 // sinkKind is a kind of sink: its flags and its constructor, which returns

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -272,20 +270,20 @@ func trim(s string, n int) string {
 	return s
 }
 
-// WriteJSON writes the report to dir/report.json and returns the path.
-func WriteJSON(dir string, r *agent.Report) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("create output directory %s: %w", dir, err)
-	}
-	path := filepath.Join(dir, "report.json")
+// JSONFile is the name of the report's JSON file in a session's output
+// directory.
+const JSONFile = "report.json"
+
+// WriteJSON writes the report as indented JSON to w.
+func WriteJSON(w io.Writer, r *agent.Report) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return "", fmt.Errorf("encode report: %w", err)
+		return fmt.Errorf("encode report: %w", err)
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("write report: %w", err)
 	}
-	return path, nil
+	return nil
 }
 
 // windowVsCycle returns the mean length of a process's tracing windows and
