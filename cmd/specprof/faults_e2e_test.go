@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -21,10 +20,6 @@ import (
 // states and outputs — the target finished, was never left stopped, exited
 // 0 and printed what an untraced run prints — never on durations; a wait has
 // a deadline only so that a hung target fails the test instead of hanging it.
-
-// faultDeadline bounds each wait for the target: it finishes in a second or
-// two when nothing blocks it.
-const faultDeadline = 60 * time.Second
 
 // workloadOutput is what a sglang_demo run prints that does not depend on
 // timing: its decode log lines (without time and throughput) and the
@@ -56,32 +51,6 @@ func parseWorkloadOutput(t *testing.T, out string) workloadOutput {
 		}
 	}
 	return w
-}
-
-// procState is the state letter of /proc/PID/stat ("" when pid is gone).
-func procState(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return ""
-	}
-	return s[i+2 : i+3]
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(faultDeadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // faultSession is one `specprof run` whose output goes to files the test
@@ -215,7 +184,7 @@ func TestFaultSpecprofKilledOrStopped(t *testing.T) {
 				pid := s.target(t, "sglang_demo")
 				switch stage {
 				case "gate":
-					waitFor(t, "the target stopped at its libcuda open", func() bool { return procState(pid) == "T" })
+					waitFor(t, "the target stopped at its libcuda open", func() bool { return procState(pid) == 'T' })
 				case "cycles":
 					waitFor(t, "the target paused at cycle 60", func() bool { return strings.Contains(s.stderr(), "paused at cycle 60") })
 				case "exit":
@@ -234,11 +203,11 @@ func TestFaultSpecprofKilledOrStopped(t *testing.T) {
 				}
 				waitFor(t, "the target to finish", func() bool {
 					st := procState(pid)
-					return st == "" || st == "Z"
+					return st == 0 || st == 'Z'
 				})
 				if sig == syscall.SIGSTOP {
-					if st := procState(s.cmd.Process.Pid); st != "T" {
-						t.Errorf("specprof's state when the target had finished: %q, want T (stopped): the target must not need it", st)
+					if st := procState(s.cmd.Process.Pid); st != 'T' {
+						t.Errorf("specprof's state when the target had finished: %c, want T (stopped): the target must not need it", st)
 					}
 					_ = s.cmd.Process.Kill()
 					_ = s.cmd.Wait()
