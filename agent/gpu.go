@@ -460,4 +460,8 @@ type ExportStats struct {
 	Failed  uint64 `json:"failed,omitempty"`
 	Unsent  uint64 `json:"unsent,omitempty"`
 	Detail  string `json:"detail,omitempty"`
+	// OwnLine: the exporter prints its own account on the terminal (OTLP's
+	// "otlp: N of M spans exported" line), which the summary does not
+	// repeat.
+	OwnLine bool `json:"-"`
 }

@@ -120,7 +120,7 @@ func (o *otlpSink) finish(*agent.Report, *outDir) ([]string, error) {
 func (o *otlpSink) exportStats() *agent.ExportStats {
 	st := o.e.Stats()
 	return &agent.ExportStats{Exporter: "otlp", Unit: "spans", Dropped: st.SpansDropped, Failed: st.SpansFailed,
-		Unsent: st.Pending(), Detail: st.FirstError}
+		Unsent: st.Pending(), Detail: st.FirstError, OwnLine: true}
 }
 
 var (

@@ -234,7 +234,7 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			g.Malformed, g.BadLength, g.UnknownType, g.Short, g.Truncated, g.BadName, g.ExtraHello, g.NamesNotKept)
 	}
 	for _, e := range r.Exports {
-		if e.Dropped+e.Failed+e.Unsent > 0 {
+		if e.Dropped+e.Failed+e.Unsent > 0 && !e.OwnLine {
 			fmt.Fprintf(w, "export %s: %d %s dropped, %d failed, %d unsent", e.Exporter, e.Dropped, e.Unit, e.Failed, e.Unsent)
 			if e.Detail != "" {
 				fmt.Fprintf(w, " (%s)", e.Detail)
