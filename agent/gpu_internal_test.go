@@ -1,34 +1,21 @@
 package agent
 
 import (
-	"encoding/binary"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/specprof/specprof/cupti"
+	"github.com/specprof/specprof/cupti/cuptitest"
 )
-
-// wireRec encodes one record of the CUPTI wire format (cupti/wire.h).
-func wireRec[T any](typ cupti.RecordType, flags uint16, payload *T) []byte {
-	p := unsafe.Slice((*byte)(unsafe.Pointer(payload)), unsafe.Sizeof(*payload))
-	n := (cupti.SizeofHeader + len(p) + 7) &^ 7
-	b := make([]byte, n)
-	binary.LittleEndian.PutUint32(b, uint32(n))
-	binary.LittleEndian.PutUint16(b[4:], uint16(typ))
-	binary.LittleEndian.PutUint16(b[6:], flags)
-	copy(b[cupti.SizeofHeader:], p)
-	return b
-}
 
 func wireHello() []byte {
 	h := cupti.Hello{WireVersion: cupti.WireVersion, Pid: uint32(os.Getpid()), CuptiVersion: 130001, ClockSource: cupti.ClockCallback}
 	copy(h.Magic[:], "SPCUPTI1")
-	return wireRec(cupti.TypeHello, 0, &h)
+	return cuptitest.Record(cupti.TypeHello, 0, &h)
 }
 
 // TestGPUStatsLibCounters: the library's counters in the report are those of its final STATS;
@@ -42,9 +29,9 @@ func TestGPUStatsLibCounters(t *testing.T) {
 		final     bool
 		malformed uint64
 	}{
-		{"final", wireRec(cupti.TypeStats, cupti.FlagFinal, &cupti.LibStats{RecordsDelivered: 3, DroppedCUPTI: 7}), true, 0},
-		{"killed", wireRec(cupti.TypeStats, 0, &cupti.LibStats{RecordsDelivered: 2}), false, 0},
-		{"garbage", append(wireRec(cupti.TypeStats, 0, &cupti.LibStats{}), []byte("\x03\x00\x00\x00garbage!")...), false, 1},
+		{"final", cuptitest.Record(cupti.TypeStats, cupti.FlagFinal, &cupti.LibStats{RecordsDelivered: 3, DroppedCUPTI: 7}), true, 0},
+		{"killed", cuptitest.Record(cupti.TypeStats, 0, &cupti.LibStats{RecordsDelivered: 2}), false, 0},
+		{"garbage", append(cuptitest.Record(cupti.TypeStats, 0, &cupti.LibStats{}), []byte("\x03\x00\x00\x00garbage!")...), false, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -60,7 +47,7 @@ func TestGPUStatsLibCounters(t *testing.T) {
 			}
 			b := wireHello()
 			for i := 0; i < 3; i++ {
-				b = append(b, wireRec(cupti.TypeKernel, 0, &cupti.Kernel{Start: uint64(100 + i), End: uint64(200 + i)})...)
+				b = append(b, cuptitest.Record(cupti.TypeKernel, 0, &cupti.Kernel{Start: uint64(100 + i), End: uint64(200 + i)})...)
 			}
 			conn.Write(append(b, c.tail...))
 			conn.Close()

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,24 +13,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/cupti"
+	"github.com/specprof/specprof/cupti/cuptitest"
 	"github.com/specprof/specprof/internal/testenv"
 )
-
-// wireRecord encodes one record of the CUPTI wire format (cupti/wire.h).
-func wireRecord[T any](typ cupti.RecordType, flags uint16, payload *T) []byte {
-	p := unsafe.Slice((*byte)(unsafe.Pointer(payload)), unsafe.Sizeof(*payload))
-	n := (cupti.SizeofHeader + len(p) + 7) &^ 7
-	b := make([]byte, n)
-	binary.LittleEndian.PutUint32(b, uint32(n))
-	binary.LittleEndian.PutUint16(b[4:], uint16(typ))
-	binary.LittleEndian.PutUint16(b[6:], flags)
-	copy(b[cupti.SizeofHeader:], p)
-	return b
-}
 
 // forgedStream is what a stranger would send to pass for pid's library: a well-formed HELLO,
 // kernels, and a final STATS.
@@ -40,12 +27,12 @@ func forgedStream(pid uint32, kernels int) []byte {
 		ClockSource: cupti.ClockCallback}
 	copy(h.Magic[:], "SPCUPTI1")
 	var b bytes.Buffer
-	b.Write(wireRecord(cupti.TypeHello, 0, &h))
+	b.Write(cuptitest.Record(cupti.TypeHello, 0, &h))
 	for i := 0; i < kernels; i++ {
-		b.Write(wireRecord(cupti.TypeKernel, 0, &cupti.Kernel{Start: uint64(1000 + i), End: uint64(2000 + i),
+		b.Write(cuptitest.Record(cupti.TypeKernel, 0, &cupti.Kernel{Start: uint64(1000 + i), End: uint64(2000 + i),
 			CorrelationID: uint32(i + 1)}))
 	}
-	b.Write(wireRecord(cupti.TypeStats, cupti.FlagFinal|cupti.FlagFlushAck, &cupti.LibStats{}))
+	b.Write(cuptitest.Record(cupti.TypeStats, cupti.FlagFinal|cupti.FlagFlushAck, &cupti.LibStats{}))
 	return b.Bytes()
 }
 
