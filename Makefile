@@ -17,7 +17,7 @@ all: build
 build: $(BIN) standins
 
 $(BIN): FORCE
-	$(GO) build -o $(BIN) ./cmd/specprof
+	$(GO) build -ldflags "-X main.buildRevision=$$(git describe --always --dirty 2>/dev/null)" -o $(BIN) ./cmd/specprof
 
 FORCE:
 

@@ -30,6 +30,9 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 
 func asExit(err error, ee *exitError) bool { return errors.As(err, ee) }
 
+// maxCPUHz bounds --cpu-hz.
+const maxCPUHz = 4999
+
 // sessionFlags are shared by run and attach.
 type sessionFlags struct {
 	preset   string
@@ -125,8 +128,10 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.cpuHz < 0 {
-		return nil, fmt.Errorf("--cpu-hz %d: must be 0 (off) or more", f.cpuHz)
+	if f.cpuHz < 0 || f.cpuHz > maxCPUHz {
+		// Far above the kernel's perf sample-rate limit (which it lowers by
+		// itself under load) samples are throttled away unseen.
+		return nil, fmt.Errorf("--cpu-hz %d: must be 0 (off) to %d; %d is the default and costs a CPU-bound thread about 0.5 %%", f.cpuHz, maxCPUHz, bpf.DefaultSampleHz)
 	}
 	if f.duty != "" {
 		if _, _, err := parseDuty(f.duty); err != nil {

@@ -61,6 +61,10 @@ func TestBadInput(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--rules", badRules, "--", "true")
 		wantErr(t, out, err, "rules.yaml", "(unclosed", "fix the regular expression")
 	})
+	t.Run("--cpu-hz too high", func(t *testing.T) {
+		out, err := runBin(t, nil, "run", "--cpu-hz", "100000", "--", "true")
+		wantErr(t, out, err, "--cpu-hz 100000", "4999")
+	})
 	t.Run("bad --cupti-graphs", func(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--cupti-graphs", "nodes", "--", "true")
 		wantErr(t, out, err, "--cupti-graphs", "nodes", "'node'", "'graph'")
@@ -206,5 +210,30 @@ func TestTargetKilledMidTrace(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "spec.verify") {
 		t.Errorf("final report lacks phases:\n%s", out.String())
+	}
+}
+
+// TestRunCommandLine: --version answers; `run CMD ARGS` needs no "--" even
+// when ARGS look like flags (they are the command's); a command killed by a
+// signal is said to have been, and specprof exits with 128+signal.
+func TestRunCommandLine(t *testing.T) {
+	testenv.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	out, err := runBin(t, nil, "--version")
+	if err != nil || !strings.HasPrefix(out, "specprof version ") {
+		t.Errorf("--version: %v\n%s", err, out)
+	}
+	out, err = runBin(t, nil, "run", "-q", "--cupti", "off", "--cpu-hz", "0", "-o", filepath.Join(t.TempDir(), "o"),
+		"sh", "-c", "echo args: $0 $1", "--interval", "-x")
+	if err != nil || !strings.Contains(out, "args: --interval -x") {
+		t.Errorf("run without --: %v\n%s", err, out)
+	}
+	out, err = runBin(t, nil, "run", "-q", "--cupti", "off", "--cpu-hz", "0", "-o", filepath.Join(t.TempDir(), "o"),
+		"--", "sh", "-c", "kill -SEGV $$")
+	var ee *exec.ExitError
+	if !errorsAs(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGSEGV) || !strings.Contains(out, "sh was killed by signal SIGSEGV") {
+		t.Errorf("a command killed by SIGSEGV: %v\n%s", err, out)
 	}
 }

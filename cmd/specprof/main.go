@@ -27,6 +27,7 @@ func main() {
 		Short:         "Profile speculative decoding (draft / verify / accept) of LLM servers without touching them",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
 	root.AddCommand(newRunCmd(), newAttachCmd(), newPresetsCmd(), newDiffCmd())
 	if err := root.Execute(); err != nil {

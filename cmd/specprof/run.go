@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 func newRunCmd() *cobra.Command {
@@ -22,6 +23,8 @@ func newRunCmd() *cobra.Command {
 		},
 	}
 	f.register(c)
+	// Everything from COMMAND on is the command's, with or without "--".
+	c.Flags().SetInterspersed(false)
 	return c
 }
 
@@ -127,8 +130,14 @@ func runCommand(f *sessionFlags, args []string) error {
 	var ee *exec.ExitError
 	if errors.As(waitErr, &ee) {
 		code := ee.ExitCode()
-		if code < 0 {
-			code = 128 + int(ee.Sys().(syscall.WaitStatus).Signal())
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+			core := ""
+			if ws.CoreDump() {
+				core = " (core dumped)"
+			}
+			fmt.Fprintf(os.Stderr, "specprof: %s was killed by signal %s%s; the profile above covers it until then\n",
+				args[0], unix.SignalName(ws.Signal()), core)
 		}
 		return exitError{code}
 	}
