@@ -70,6 +70,9 @@ func deriveNameRegex(expr string) (string, error) {
 		return "", errors.New("it matches no qualname")
 	}
 	out := concat(&syntax.Regexp{Op: syntax.OpBeginText}, body, &syntax.Regexp{Op: syntax.OpEndText}).String()
+	if len(out) > MaxRegexBytes {
+		return "", fmt.Errorf("its co_name regex would be %d bytes, longer than %d", len(out), MaxRegexBytes)
+	}
 	if _, err := regexp.Compile(out); err != nil {
 		// Guards against a construction bug rather than user input.
 		return "", fmt.Errorf("derived regex %q does not compile: %w", out, err)

@@ -83,13 +83,13 @@ func TestRulesFileErrors(t *testing.T) {
 		want       []string // substrings of the error
 	}{
 		{"syntax error", "rules:\n  - {phase: x, qualname: a\n",
-			[]string{"rules file ", "rules.yaml: line 2, column 5:", "fix the YAML"}},
+			[]string{"rules file ", "rules.yaml: line 3, column 1: did not find expected ',' or '}' (while parsing a flow mapping that begins at line 2, column 5): fix the YAML"}},
 		{"bad tab indentation", "rules:\n\t- phase: x\n",
 			[]string{"line 2", "fix the YAML"}},
 		{"unknown field in a rule", "rules:\n  - phase: x\n    qualnme: 'a'\n",
-			[]string{"line 3, column 5", `unknown field "qualnme"`, "fix the YAML"}},
+			[]string{"line 3, column 5: field qualnme not found", "fix the YAML"}},
 		{"unknown top-level field", "rule:\n  - phase: x\n",
-			[]string{"line 1", `unknown field "rule"`}},
+			[]string{"line 1, column 1: field rule not found"}},
 		{"wrong type", "rules: 3\n", []string{"line 1", "fix the YAML"}},
 		{"empty file", "# nothing\n", []string{"the file is empty"}},
 		{"no rules", "description: x\n", []string{"no rules: add rules, or extends"}},
@@ -144,6 +144,24 @@ func TestRulesFileErrors(t *testing.T) {
 			[]string{"cycle: no qualname or name"}},
 		{"bad process regex", "process: {cmdline: '(('}\nrules:\n  - {phase: draft, qualname: a}\n",
 			[]string{`process: bad cmdline regex "(("`}},
+		{"second document", "rules:\n  - {phase: x, qualname: a}\n---\nrules: []\n",
+			[]string{"a second YAML document at line 3", "remove the '---'"}},
+		{"file too large", strings.Repeat("#", MaxRulesFileBytes+1),
+			[]string{"rules.yaml: larger than 256 KiB"}},
+		{"nesting too deep", "rules:\n  - phase: x\n    qualname: " + strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth) + "\n",
+			[]string{"rules.yaml: nesting deeper than 16 levels at line 3", "simplify it"}},
+		{"too many rules", "rules:\n" + strings.Repeat("  - {phase: x, qualname: a}\n", MaxRules+1),
+			[]string{"rules.yaml: rules has 1001 entries at line 2, more than 1000"}},
+		{"too many py310 rules", "rules: [{phase: x, qualname: a}]\npy310_rules:\n" + strings.Repeat("  - {phase: x, name: a}\n", MaxRules+1),
+			[]string{"rules.yaml: py310_rules has 1001 entries at line 3, more than 1000"}},
+		{"too many phases", "phases: [" + strings.Repeat("p,", MaxPhases) + "x]\nrules: [{phase: x, qualname: a}]\n",
+			[]string{"rules.yaml: phases has 1001 entries at line 1, more than 1000"}},
+		{"regex too long", "rules:\n  - {phase: x, qualname: '" + strings.Repeat("a", MaxRegexBytes+1) + "'}\n",
+			[]string{`rule 1 (phase "x", line 2): qualname regex is 1025 bytes, longer than 1024`}},
+		{"regex program too large", "rules:\n  - {phase: x, name: '" + strings.Repeat(`\pL{1000}`, 11) + "'}\n",
+			[]string{`rule 1 (phase "x", line 2): name regex compiles to 11002 instructions, more than 10000`, "smaller repetition counts"}},
+		{"regexes too large together", "rules:\n" + strings.Repeat("  - {phase: x, qualname: '\\pL{1000}\\pL{1000}\\pL{1000}'}\n", 100),
+			[]string{`rule 67 (phase "x", line 68): qualname regex takes the preset's regexes past 200000 compiled instructions in all`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := LoadRulesFile(writeRules(t, c.body))
@@ -351,5 +369,23 @@ func TestCompileValidates(t *testing.T) {
 	c := m.Classify(a)
 	if m.PhaseName(c.Phase) != "o" || m.PhaseName(c.AltPhase) != "v" || c.Marker || !m.Classify(marker).Marker {
 		t.Errorf("Classify: %+v", c)
+	}
+}
+
+// A qualname regex within the limits whose derived co_name regex is not
+// is refused when compiling for 3.10, with the way out.
+func TestRulesFilePy310DerivedTooLong(t *testing.T) {
+	p, err := LoadRulesFile(writeRules(t, "rules:\n  - {phase: x, qualname: '"+strings.Repeat("a", MaxRegexBytes-4)+"'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Compile(false); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Compile(true)
+	for _, s := range []string{"cannot be used on Python 3.10", "its co_name regex would be 1036 bytes, longer than 1024", "add a name regex"} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("error %v lacks %q", err, s)
+		}
 	}
 }
