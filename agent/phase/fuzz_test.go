@@ -13,7 +13,7 @@ import (
 // maxLoadAlloc bounds what loading and compiling any rules file may
 // allocate: the node tree of the largest file allowed, and the regexes of
 // a preset at the instruction budget, compiled for both Python versions.
-const maxLoadAlloc = 512 << 20
+const maxLoadAlloc = 256 << 20
 
 // FuzzLoadRules loads arbitrary rules files. Each either fails with a
 // one-line error naming the file or gives a preset that compiles for

@@ -12,7 +12,7 @@ import (
 // host's memory or CPU. Each limit is many times what a real rules file
 // needs: the embedded presets are under 9 KB, nest 3 levels, have up to 62
 // rules, 13 phases and patterns under 400 bytes that compile to under 400
-// instructions.
+// instructions, 1500 for all of a preset's rules.
 const (
 	// MaxRulesFileBytes bounds a rules file. The parsed node tree of the
 	// worst file takes about 120 bytes per byte of it.
@@ -34,8 +34,9 @@ const (
 	MaxRegexInsts = 10000
 	// MaxTotalRegexInsts bounds the compiled size of all the regular
 	// expressions of one preset, which the matcher keeps and runs on
-	// every new code object.
-	MaxTotalRegexInsts = 200000
+	// every new code object. Loading and compiling a preset at this bound
+	// allocates about 120 MB along the way.
+	MaxTotalRegexInsts = 100000
 )
 
 // regexes compiles the regular expressions of one preset within the

@@ -162,7 +162,7 @@ var rulesFileErrors = []struct {
 	{"regex program too large", "rules:\n  - {phase: x, name: '" + strings.Repeat(`\pL{1000}`, 11) + "'}\n",
 		[]string{`rule 1 (phase "x", line 2): name regex compiles to 11002 instructions, more than 10000`, "smaller repetition counts"}},
 	{"regexes too large together", "rules:\n" + strings.Repeat("  - {phase: x, qualname: '\\pL{1000}\\pL{1000}\\pL{1000}'}\n", 100),
-		[]string{`rule 67 (phase "x", line 68): qualname regex takes the preset's regexes past 200000 compiled instructions in all`}},
+		[]string{`rule 34 (phase "x", line 35): qualname regex takes the preset's regexes past 100000 compiled instructions in all`}},
 }
 
 func TestRulesFileErrors(t *testing.T) {
