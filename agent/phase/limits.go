@@ -25,6 +25,8 @@ const (
 	MaxRules = 1000
 	// MaxPhases bounds the phases list of one file.
 	MaxPhases = 1000
+	// MaxPhaseNameBytes bounds a phase name, a label in every profile.
+	MaxPhaseNameBytes = 256
 	// MaxRegexBytes bounds the length of one regular expression.
 	MaxRegexBytes = 1024
 	// MaxRegexInsts bounds the compiled size of one regular expression.

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode"
 
 	"go.yaml.in/yaml/v4"
 	"go.yaml.in/yaml/v4/plugin/loaderlimits"
@@ -407,6 +408,9 @@ func (e *yamlError) Error() string {
 
 func (e *yamlError) Unwrap() error { return e.err }
 
+// maxYAMLMessage bounds the YAML library's part of an error.
+const maxYAMLMessage = 200
+
 // wrapYAML keeps the first of the library's errors (a file with several
 // mistakes gets them fixed one at a time) with its position.
 func wrapYAML(err error) error {
@@ -414,7 +418,11 @@ func wrapYAML(err error) error {
 	if !errors.As(err, &le) {
 		return err
 	}
-	msg := le.Message
+	// Messages quote the file's scalars: keep them on one line and short.
+	msg := strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(le.Message)
+	if len(msg) > maxYAMLMessage {
+		msg = strings.ToValidUTF8(msg[:maxYAMLMessage], "") + "…"
+	}
 	if cm := le.ContextMark; le.ContextMsg != "" {
 		if cm.Line > 0 && cm != le.Mark {
 			msg += fmt.Sprintf(" (%s that begins at line %d, column %d)", le.ContextMsg, cm.Line, cm.Column)
@@ -540,6 +548,10 @@ func (p *Preset) validate() error {
 		switch {
 		case strings.TrimSpace(n) == "":
 			return fmt.Errorf("%s: phases entry %d is empty: give every phase a name", src, i+1)
+		case len(n) > MaxPhaseNameBytes:
+			return fmt.Errorf("%s: phases entry %d is %d bytes, longer than %d: shorten the phase name", src, i+1, len(n), MaxPhaseNameBytes)
+		case strings.IndexFunc(n, unicode.IsControl) >= 0:
+			return fmt.Errorf("%s: phase %q has a control character: phase names label profiles; use printable characters", src, n)
 		case declared[n]:
 			return fmt.Errorf("%s: phase %q is listed twice in phases: remove one", src, n)
 		}
@@ -557,7 +569,7 @@ func (p *Preset) validate() error {
 		case n == Other:
 			return fmt.Errorf("%s: %s %q is reserved for frames no rule matches: pick another name", where, what, n)
 		case !declared[n]:
-			return fmt.Errorf("%s: %s %q is not in phases [%s]: add it to phases or fix the name", where, what, n, strings.Join(phases, ", "))
+			return fmt.Errorf("%s: %s %q is not in phases [%s]: add it to phases or fix the name", where, what, n, phaseList(phases))
 		}
 		return nil
 	}
@@ -623,6 +635,14 @@ func (rs *regexes) checkMatch(where string, m Match) error {
 		return fmt.Errorf("%s: first_line %d is negative: give co_firstlineno or leave it out", where, m.FirstLine)
 	}
 	return nil
+}
+
+// phaseList lists phases for an error, the first 20 of a longer list.
+func phaseList(phases []string) string {
+	if len(phases) > 20 {
+		return strings.Join(phases[:20], ", ") + fmt.Sprintf(" and %d more", len(phases)-20)
+	}
+	return strings.Join(phases, ", ")
 }
 
 // check checks that re, when set, compiles within the limits.
