@@ -69,12 +69,61 @@ func deriveNameRegex(expr string) (string, error) {
 	if body == nil {
 		return "", errors.New("it matches no qualname")
 	}
-	out := concat(&syntax.Regexp{Op: syntax.OpBeginText}, body, &syntax.Regexp{Op: syntax.OpEndText}).String()
+	whole := concat(&syntax.Regexp{Op: syntax.OpBeginText}, body, &syntax.Regexp{Op: syntax.OpEndText})
+	// The tree shares subtrees, so printing it can take time quadratic in
+	// the pattern: bound it before printing.
+	if tooLarge(whole) {
+		return "", fmt.Errorf("its co_name regex would be longer than %d bytes or too costly to print", MaxRegexBytes)
+	}
+	out := whole.String()
+	if len(out) > MaxRegexBytes {
+		return "", fmt.Errorf("its co_name regex would be %d bytes, longer than %d", len(out), MaxRegexBytes)
+	}
 	if _, err := regexp.Compile(out); err != nil {
 		// Guards against a construction bug rather than user input.
 		return "", fmt.Errorf("derived regex %q does not compile: %w", out, err)
 	}
 	return out, nil
+}
+
+// maxFoldRunes bounds the runes of the character classes of a derived
+// regex, those that case folding applies to: syntax.Regexp.String calls
+// unicode.SimpleFold on each of them, about a millisecond for a class of
+// most of Unicode such as [^.]. It allows eight of those.
+const maxFoldRunes = 8 * int('\U0001E943'-'A'+1)
+
+// tooLarge reports whether re, its shared subtrees counted once per use,
+// prints to more than MaxRegexBytes or has classes of more than
+// maxFoldRunes runes. It stops as soon as it knows.
+func tooLarge(re *syntax.Regexp) bool {
+	size, runes := MaxRegexBytes, maxFoldRunes
+	var walk func(*syntax.Regexp) bool
+	walk = func(re *syntax.Regexp) bool {
+		switch re.Op {
+		case syntax.OpLiteral:
+			size -= len(re.Rune)
+		case syntax.OpCharClass:
+			size -= 3 // at least [^x] or [xy]; one rune prints as a literal
+			for i := 0; i+1 < len(re.Rune); i += 2 {
+				// The range unicode.SimpleFold changes (regexp/syntax's minFold, maxFold).
+				if lo, hi := max(re.Rune[i], 'A'), min(re.Rune[i+1], '\U0001E943'); lo <= hi {
+					runes -= int(hi - lo + 1)
+				}
+			}
+		default:
+			size--
+		}
+		if size < 0 || runes < 0 {
+			return true
+		}
+		for _, s := range re.Sub {
+			if walk(s) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(re)
 }
 
 // branch is one top-level alternative with its edge anchors split off.

@@ -62,4 +62,10 @@
 // Unknown fields are errors. A rules file that extends a preset but has no
 // py310_rules uses its rules, converted as above, in front of the preset's
 // py310_rules on Python 3.10.
+//
+// A rules file holds one YAML document. So that no file can take the
+// host's memory or CPU, its size, nesting, alias expansion, list lengths
+// and regular expressions are bounded ([MaxRulesFileBytes] and the other
+// limits), each far above what a real file needs; a file past one gets an
+// error naming the limit and what to change.
 package phase

@@ -96,6 +96,7 @@ func (p *Preset) Compile(py310 bool) (*Matcher, error) {
 			m.byID = append(m.byID, n)
 		}
 	}
+	var rs regexes
 	rules, label := p.Rules, "rule"
 	if py310 && len(p.Py310Rules) > 0 {
 		rules, label = p.Py310Rules, "py310 rule"
@@ -103,13 +104,13 @@ func (p *Preset) Compile(py310 bool) (*Matcher, error) {
 	for i := range rules {
 		r := &rules[i]
 		where := p.ruleWhere(r, label, i)
-		cm, err := compileMatch(where, r.Match, p.FileRegex, py310)
+		cm, err := rs.compileMatch(where, r.Match, p.FileRegex, py310)
 		if err != nil {
 			return nil, err
 		}
 		m.rules = append(m.rules, crule{cmatch: *cm, phase: m.ids[r.Phase], below: r.RequiresBelow != ""})
 		if r.RequiresBelow != "" && m.marker == nil {
-			if m.marker, err = compileQualname(where, "requires_below", r.RequiresBelow, py310); err != nil {
+			if m.marker, err = rs.compileQualname(where, "requires_below", r.RequiresBelow, py310); err != nil {
 				return nil, err
 			}
 		}
@@ -120,7 +121,7 @@ func (p *Preset) Compile(py310 bool) (*Matcher, error) {
 			cm = *c.Py310
 		}
 		var err error
-		if m.cycle, err = compileMatch(p.src()+": cycle", cm, p.FileRegex, py310); err != nil {
+		if m.cycle, err = rs.compileMatch(p.src()+": cycle", cm, p.FileRegex, py310); err != nil {
 			return nil, err
 		}
 		m.startPhase = m.ids[c.StartPhase]
@@ -128,32 +129,41 @@ func (p *Preset) Compile(py310 bool) (*Matcher, error) {
 	if pr := p.Process; pr != nil {
 		m.mainThread = pr.MainThread
 		if pr.Cmdline != "" {
-			m.process = regexp.MustCompile(pr.Cmdline) // validated above
+			var err error
+			if m.process, err = rs.compile(p.src()+": process", "cmdline", pr.Cmdline); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return m, nil
 }
 
-func compileMatch(where string, m Match, defFile string, py310 bool) (*cmatch, error) {
+func (rs *regexes) compileMatch(where string, m Match, defFile string, py310 bool) (*cmatch, error) {
 	var c cmatch
 	var err error
 	switch {
 	case m.Name != "":
-		c.name = regexp.MustCompile(m.Name) // validated
+		if c.name, err = rs.compile(where, "name", m.Name); err != nil {
+			return nil, err
+		}
 	case py310 && m.Qualname != "":
-		if c.name, err = compileQualname(where, "qualname", m.Qualname, true); err != nil {
+		if c.name, err = rs.compileQualname(where, "qualname", m.Qualname, true); err != nil {
 			return nil, err
 		}
 	}
 	if !py310 && m.Qualname != "" {
-		c.qual = regexp.MustCompile(m.Qualname)
+		if c.qual, err = rs.compile(where, "qualname", m.Qualname); err != nil {
+			return nil, err
+		}
 	}
 	file := m.File
 	if file == "" {
 		file = defFile
 	}
 	if file != "" {
-		c.file = regexp.MustCompile(file)
+		if c.file, err = rs.compile(where, "file", file); err != nil {
+			return nil, err
+		}
 	}
 	c.firstLine = m.FirstLine
 	return &c, nil
@@ -161,15 +171,15 @@ func compileMatch(where string, m Match, defFile string, py310 bool) (*cmatch, e
 
 // compileQualname compiles a qualname regex; on 3.10 it becomes a co_name
 // regex over the last dotted component.
-func compileQualname(where, what, re string, py310 bool) (*regexp.Regexp, error) {
+func (rs *regexes) compileQualname(where, what, re string, py310 bool) (*regexp.Regexp, error) {
 	if !py310 {
-		return regexp.MustCompile(re), nil
+		return rs.compile(where, what, re)
 	}
 	d, err := deriveNameRegex(re)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s regex %q cannot be used on Python 3.10, which has no co_qualname: %w: add a name regex (and a file regex) for Python 3.10", where, what, re, err)
 	}
-	return regexp.MustCompile(d), nil
+	return rs.compile(where, what+" (as a co_name regex for Python 3.10)", d)
 }
 
 // Name returns the preset's name.

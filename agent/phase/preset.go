@@ -9,14 +9,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
+	"unicode"
 
-	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
+	"go.yaml.in/yaml/v4"
+	"go.yaml.in/yaml/v4/plugin/loaderlimits"
 )
 
 //go:embed presets/*.yaml
@@ -155,12 +154,35 @@ func LoadPreset(name string) (*Preset, error) {
 
 // LoadRulesFile loads a user rules file. A file with `extends: <preset>`
 // puts its rules in front of that preset's and inherits what it leaves out.
+// Files over [MaxRulesFileBytes] are refused unread.
 func LoadRulesFile(path string) (*Preset, error) {
-	src := "rules file " + path
-	data, err := os.ReadFile(path)
+	data, err := readRulesFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", src, err)
+		return nil, fmt.Errorf("rules file %s: %w", path, err)
 	}
+	return LoadRules(data, path)
+}
+
+// readRulesFile reads at most one byte more than MaxRulesFileBytes, so that
+// a huge file or a device such as /dev/zero is refused without reading it.
+func readRulesFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxRulesFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	return data, nil
+}
+
+// LoadRules loads the contents of a rules file, as [LoadRulesFile] does.
+// path names the file in errors and, when the file sets no name, gives the
+// preset its name.
+func LoadRules(data []byte, path string) (*Preset, error) {
+	src := "rules file " + path
 	u, err := parse(data, src)
 	if err != nil {
 		return nil, err
@@ -196,26 +218,50 @@ func LoadRulesFile(path string) (*Preset, error) {
 }
 
 // parse decodes one YAML file strictly and labels its rules for errors.
+// The limits are checked before parsing (size), as the parser goes
+// (nesting) and as it builds the Go values (alias expansion), so that no
+// file costs more than its bounded size allows.
 func parse(data []byte, src string) (*Preset, error) {
+	if len(data) > MaxRulesFileBytes {
+		return nil, fmt.Errorf("%s: larger than %d KiB: rules files are short lists of patterns; shorten it", src, MaxRulesFileBytes>>10)
+	}
+	doc, err := parseTree(data, src)
+	if err != nil {
+		return nil, err
+	}
 	var p Preset
-	dec := yaml.NewDecoder(bytes.NewReader(data), yaml.DisallowUnknownField())
-	if err := dec.Decode(&p); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: the file is empty: give it rules (and extends to build on a preset)", src)
+	// The library counts the nodes it builds from aliases as it builds
+	// them, so a bomb stops after MaxAliasNodes of its 9^9.
+	aliases := loaderlimits.New(loaderlimits.AliasFunc(func(expanded, _ int) error {
+		if expanded > MaxAliasNodes {
+			return errTooManyAliases
+		}
+		return nil
+	}))
+	if err := doc.Load(&p, yaml.WithKnownFields(), yaml.WithPlugin(aliases)); err != nil {
+		if errors.Is(err, errTooManyAliases) {
+			return nil, fmt.Errorf("%s: aliases expand to more than %d nodes%s: remove the aliases, or write the values out", src, MaxAliasNodes, atLine(err))
 		}
 		return nil, fmt.Errorf("%s: %w: fix the YAML", src, wrapYAML(err))
 	}
 	p.source = src
-	file, _ := parser.ParseBytes(data, 0) // only for line numbers
+	top := topMapping(doc)
+	if err := checkLen(src, "phases", top, len(p.Phases), MaxPhases); err != nil {
+		return nil, err
+	}
 	for _, l := range []struct {
 		key, label string
 		rules      []Rule
 	}{{"rules", "rule", p.Rules}, {"py310_rules", "py310 rule", p.Py310Rules}} {
+		if err := checkLen(src, l.key, top, len(l.rules), MaxRules); err != nil {
+			return nil, err
+		}
+		items := value(top, l.key)
 		for i := range l.rules {
 			r := &l.rules[i]
 			r.where = fmt.Sprintf("%s: %s %d (phase %q", src, l.label, i+1, r.Phase)
-			if n := nodeLine(file, fmt.Sprintf("$.%s[%d]", l.key, i)); n > 0 {
-				r.where += fmt.Sprintf(", line %d", n)
+			if items != nil && i < len(items.Content) {
+				r.where += fmt.Sprintf(", line %d", items.Content[i].Line)
 			}
 			r.where += ")"
 			// Checked before files are defaulted, which would hide it.
@@ -227,7 +273,126 @@ func parse(data []byte, src string) (*Preset, error) {
 	return &p, nil
 }
 
-// yamlError is a go-yaml error on one line, without the source excerpt.
+// parseTree parses the file's one document into a node tree, refusing
+// nesting deeper than MaxDepth as soon as the parser reaches it.
+func parseTree(data []byte, src string) (*yaml.Node, error) {
+	// The scanner keeps only the message of the error returned here.
+	tooDeep := false
+	depth := loaderlimits.New(loaderlimits.DepthFunc(func(d int, _ *yaml.DepthContext) error {
+		if d > MaxDepth {
+			tooDeep = true
+			return errTooDeep
+		}
+		return nil
+	}))
+	ld, err := yaml.NewLoader(bytes.NewReader(data), yaml.WithPlugin(depth))
+	if err != nil {
+		return nil, fmt.Errorf("%s: set up the YAML parser: %w", src, err)
+	}
+	var doc, next yaml.Node
+	switch err := ld.Load(&doc); {
+	case errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("%s: the file is empty: give it rules (and extends to build on a preset)", src)
+	case err != nil && tooDeep:
+		return nil, deepError(src, atLine(err))
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w: fix the YAML", src, wrapYAML(err))
+	}
+	if line := deepest(&doc, 0); line > 0 {
+		return nil, deepError(src, fmt.Sprintf(" at line %d", line))
+	}
+	switch err := ld.Load(&next); {
+	case errors.Is(err, io.EOF):
+		return &doc, nil
+	case err != nil && tooDeep:
+		return nil, deepError(src, atLine(err))
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w: fix the YAML", src, wrapYAML(err))
+	}
+	return nil, fmt.Errorf("%s: a second YAML document at line %d: a rules file holds one; remove the '---' and what follows", src, next.Line)
+}
+
+var (
+	errTooDeep        = errors.New("nesting too deep")
+	errTooManyAliases = errors.New("aliases expand too far")
+)
+
+func deepError(src, at string) error {
+	return fmt.Errorf("%s: nesting deeper than %d levels%s: rules files are flat lists of rules, nested 3 levels deep; simplify it", src, MaxDepth, at)
+}
+
+// deepest returns the line of the first collection nested deeper than
+// MaxDepth, counting block and flow nesting together (the parser bounds
+// each alone), or 0. Aliases are not followed: they are bounded when
+// decoding, and may refer to their own ancestors.
+func deepest(n *yaml.Node, depth int) int {
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		if depth++; depth > MaxDepth {
+			return n.Line
+		}
+	}
+	for _, c := range n.Content {
+		if line := deepest(c, depth); line > 0 {
+			return line
+		}
+	}
+	return 0
+}
+
+// topMapping returns the document's top-level mapping, or nil.
+func topMapping(doc *yaml.Node) *yaml.Node {
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		doc = doc.Content[0]
+	}
+	if doc.Kind == yaml.AliasNode {
+		doc = doc.Alias
+	}
+	if doc == nil || doc.Kind != yaml.MappingNode {
+		return nil
+	}
+	return doc
+}
+
+// value returns the value of key in mapping m, an alias resolved, or nil.
+func value(m *yaml.Node, key string) *yaml.Node {
+	if m == nil {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			v := m.Content[i+1]
+			if v.Kind == yaml.AliasNode {
+				v = v.Alias
+			}
+			return v
+		}
+	}
+	return nil
+}
+
+// checkLen refuses a list longer than limit: the checks after parsing
+// compare every rule with the others.
+func checkLen(src, key string, top *yaml.Node, n, limit int) error {
+	if n <= limit {
+		return nil
+	}
+	at := ""
+	if v := value(top, key); v != nil {
+		at = fmt.Sprintf(" at line %d", v.Line)
+	}
+	return fmt.Errorf("%s: %s has %d entries%s, more than %d: a preset needs a few dozen; merge rules with alternations (a|b)", src, key, n, at, limit)
+}
+
+// atLine returns " at line N" for a YAML error that has a line, or "".
+func atLine(err error) string {
+	var le *yaml.LoadError
+	if errors.As(err, &le) && le.Mark.Line > 0 {
+		return fmt.Sprintf(" at line %d", le.Mark.Line)
+	}
+	return ""
+}
+
+// yamlError is a YAML error on one line, without the library's stage name.
 type yamlError struct {
 	line, col int
 	msg       string
@@ -243,32 +408,29 @@ func (e *yamlError) Error() string {
 
 func (e *yamlError) Unwrap() error { return e.err }
 
+// maxYAMLMessage bounds the YAML library's part of an error.
+const maxYAMLMessage = 200
+
+// wrapYAML keeps the first of the library's errors (a file with several
+// mistakes gets them fixed one at a time) with its position.
 func wrapYAML(err error) error {
-	var ye yaml.Error
-	if !errors.As(err, &ye) {
+	var le *yaml.LoadError // of a *yaml.LoadErrors, its first
+	if !errors.As(err, &le) {
 		return err
 	}
-	e := &yamlError{msg: ye.GetMessage(), err: err}
-	if tk := ye.GetToken(); tk != nil && tk.Position != nil {
-		e.line, e.col = tk.Position.Line, tk.Position.Column
+	// Messages quote the file's scalars: keep them on one line and short.
+	msg := strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(le.Message)
+	if len(msg) > maxYAMLMessage {
+		msg = strings.ToValidUTF8(msg[:maxYAMLMessage], "") + "…"
 	}
-	return e
-}
-
-// nodeLine returns the line of the YAML node at path, or 0.
-func nodeLine(f *ast.File, path string) int {
-	if f == nil {
-		return 0
+	if cm := le.ContextMark; le.ContextMsg != "" {
+		if cm.Line > 0 && cm != le.Mark {
+			msg += fmt.Sprintf(" (%s that begins at line %d, column %d)", le.ContextMsg, cm.Line, cm.Column)
+		} else {
+			msg += " (" + le.ContextMsg + ")"
+		}
 	}
-	p, err := yaml.PathString(path)
-	if err != nil {
-		return 0
-	}
-	n, err := p.FilterFile(f)
-	if err != nil || n == nil || n.GetToken() == nil || n.GetToken().Position == nil {
-		return 0
-	}
-	return n.GetToken().Position.Line
+	return &yamlError{line: le.Mark.Line, col: le.Mark.Column, msg: msg, err: err}
 }
 
 // fillFiles gives every rule and the cycle its file's default file regex,
@@ -379,12 +541,17 @@ func (p *Preset) phaseList() []string {
 // validate checks everything that does not depend on the Python version.
 func (p *Preset) validate() error {
 	src := p.src()
+	var rs regexes
 	declared := map[string]bool{}
 	phases := p.phaseList()
 	for i, n := range phases {
 		switch {
 		case strings.TrimSpace(n) == "":
 			return fmt.Errorf("%s: phases entry %d is empty: give every phase a name", src, i+1)
+		case len(n) > MaxPhaseNameBytes:
+			return fmt.Errorf("%s: phases entry %d is %d bytes, longer than %d: shorten the phase name", src, i+1, len(n), MaxPhaseNameBytes)
+		case strings.IndexFunc(n, unicode.IsControl) >= 0:
+			return fmt.Errorf("%s: phase %q has a control character: phase names label profiles; use printable characters", src, n)
 		case declared[n]:
 			return fmt.Errorf("%s: phase %q is listed twice in phases: remove one", src, n)
 		}
@@ -402,7 +569,7 @@ func (p *Preset) validate() error {
 		case n == Other:
 			return fmt.Errorf("%s: %s %q is reserved for frames no rule matches: pick another name", where, what, n)
 		case !declared[n]:
-			return fmt.Errorf("%s: %s %q is not in phases [%s]: add it to phases or fix the name", where, what, n, strings.Join(phases, ", "))
+			return fmt.Errorf("%s: %s %q is not in phases [%s]: add it to phases or fix the name", where, what, n, phaseList(phases))
 		}
 		return nil
 	}
@@ -416,13 +583,13 @@ func (p *Preset) validate() error {
 			if err := checkPhase(where, "phase", r.Phase); err != nil {
 				return err
 			}
-			if err := checkMatch(where, r.Match); err != nil {
+			if err := rs.checkMatch(where, r.Match); err != nil {
 				return err
 			}
 			if r.Qualname == "" && r.Name == "" && r.File == "" && r.FirstLine == 0 {
 				return fmt.Errorf("%s: selects nothing: give it a qualname, name, file or first_line", where)
 			}
-			if err := checkRegex(where, "requires_below", r.RequiresBelow); err != nil {
+			if err := rs.check(where, "requires_below", r.RequiresBelow); err != nil {
 				return err
 			}
 		}
@@ -435,14 +602,14 @@ func (p *Preset) validate() error {
 		if c.Qualname == "" && c.Name == "" {
 			return fmt.Errorf("%s: no qualname or name: name the function one call of which is one cycle", where)
 		}
-		if err := checkMatch(where, c.Match); err != nil {
+		if err := rs.checkMatch(where, c.Match); err != nil {
 			return err
 		}
 		if c.Py310 != nil {
 			if c.Py310.Qualname == "" && c.Py310.Name == "" {
 				return fmt.Errorf("%s: py310: no name: give the cycle function's co_name", where)
 			}
-			if err := checkMatch(where+": py310", *c.Py310); err != nil {
+			if err := rs.checkMatch(where+": py310", *c.Py310); err != nil {
 				return err
 			}
 		}
@@ -451,16 +618,16 @@ func (p *Preset) validate() error {
 		}
 	}
 	if p.Process != nil {
-		if err := checkRegex(src+": process", "cmdline", p.Process.Cmdline); err != nil {
+		if err := rs.check(src+": process", "cmdline", p.Process.Cmdline); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func checkMatch(where string, m Match) error {
+func (rs *regexes) checkMatch(where string, m Match) error {
 	for _, f := range []struct{ what, re string }{{"qualname", m.Qualname}, {"name", m.Name}, {"file", m.File}} {
-		if err := checkRegex(where, f.what, f.re); err != nil {
+		if err := rs.check(where, f.what, f.re); err != nil {
 			return err
 		}
 	}
@@ -470,14 +637,21 @@ func checkMatch(where string, m Match) error {
 	return nil
 }
 
-func checkRegex(where, what, re string) error {
+// phaseList lists phases for an error, the first 20 of a longer list.
+func phaseList(phases []string) string {
+	if len(phases) > 20 {
+		return strings.Join(phases[:20], ", ") + fmt.Sprintf(" and %d more", len(phases)-20)
+	}
+	return strings.Join(phases, ", ")
+}
+
+// check checks that re, when set, compiles within the limits.
+func (rs *regexes) check(where, what, re string) error {
 	if re == "" {
 		return nil
 	}
-	if _, err := regexp.Compile(re); err != nil {
-		return fmt.Errorf("%s: bad %s regex %q: %w: fix the regular expression", where, what, re, err)
-	}
-	return nil
+	_, err := rs.compile(where, what, re)
+	return err
 }
 
 // checkRequiresBelow enforces what keeps Classify per-frame: one marker

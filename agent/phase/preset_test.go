@@ -77,74 +77,106 @@ func writeRules(t *testing.T, body string) string {
 	return path
 }
 
+// rulesFileErrors are rules files with one mistake each and what their
+// error must say; FuzzLoadRules starts from them.
+var rulesFileErrors = []struct {
+	name, body string
+	want       []string // substrings of the error
+}{
+	{"syntax error", "rules:\n  - {phase: x, qualname: a\n",
+		[]string{"rules file ", "rules.yaml: line 3, column 1: did not find expected ',' or '}' (while parsing a flow mapping that begins at line 2, column 5): fix the YAML"}},
+	{"bad tab indentation", "rules:\n\t- phase: x\n",
+		[]string{"line 2", "fix the YAML"}},
+	{"unknown field in a rule", "rules:\n  - phase: x\n    qualnme: 'a'\n",
+		[]string{"line 3, column 5: field qualnme not found", "fix the YAML"}},
+	{"unknown top-level field", "rule:\n  - phase: x\n",
+		[]string{"line 1, column 1: field rule not found"}},
+	{"wrong type", "rules: 3\n", []string{"line 1", "fix the YAML"}},
+	{"empty file", "# nothing\n", []string{"the file is empty"}},
+	{"no rules", "description: x\n", []string{"no rules: add rules, or extends"}},
+	{"bad regex", "rules:\n  - phase: x\n    qualname: a\n  - phase: verify\n    qualname: '('\n",
+		[]string{`rules.yaml: rule 2 (phase "verify", line 4): bad qualname regex "(": error parsing regexp`, "fix the regular expression"}},
+	{"bad file regex", "rules:\n  - {phase: x, name: a, file: '[z-a]'}\n",
+		[]string{`rule 1 (phase "x", line 2): bad file regex "[z-a]"`}},
+	{"bad py310 rule regex", "rules:\n  - {phase: x, qualname: a}\npy310_rules:\n  - {phase: x, name: '*'}\n",
+		[]string{`py310 rule 1 (phase "x", line 4): bad name regex "*"`}},
+	{"bad default file regex", "file_regex: '('\nrules:\n  - {phase: x, qualname: a}\n",
+		[]string{`rule 1 (phase "x", line 3): bad file regex "("`}},
+	{"unknown extends", "extends: sglang\nrules:\n  - {phase: x, qualname: a}\n",
+		[]string{`extends: unknown preset "sglang"`, "hf-assisted, sglang-eagle, vllm-eagle", "fix extends"}},
+	{"empty phase name", "rules:\n  - {phase: '', qualname: a}\n",
+		[]string{`rule 1 (phase "", line 2): empty phase name`}},
+	{"missing phase", "rules:\n  - {qualname: a}\n",
+		[]string{`rule 1 (phase "", line 2): empty phase name`}},
+	{"reserved phase other", "rules:\n  - {phase: other, qualname: a}\n",
+		[]string{`phase "other" is reserved`}},
+	{"rule selects nothing", "rules:\n  - {phase: x}\n",
+		[]string{`rule 1 (phase "x", line 2): selects nothing`}},
+	{"phase not listed", "phases: [spec.verify]\nrules:\n  - {phase: spec.verfy, qualname: a}\n",
+		[]string{`phase "spec.verfy" is not in phases [spec.verify, other]`, "add it to phases or fix the name"}},
+	{"phase listed twice", "phases: [a, a]\nrules:\n  - {phase: a, qualname: a}\n",
+		[]string{`phase "a" is listed twice`}},
+	{"negative first_line", "rules:\n  - {phase: x, name: a, first_line: -3}\n",
+		[]string{"first_line -3 is negative"}},
+	{"requires_below without fallback",
+		"rules:\n  - {phase: v, qualname: '^A\\.f$', requires_below: '^M$'}\n  - {phase: o, qualname: '^A\\.g$'}\n",
+		[]string{`rule 1 (phase "v", line 2): requires_below needs a fallback`, "same qualname, name, file and first_line"}},
+	{"requires_below fallback with other file",
+		"rules:\n  - {phase: v, qualname: '^A\\.f$', requires_below: '^M$'}\n  - {phase: o, qualname: '^A\\.f$', file: 'x'}\n",
+		[]string{"requires_below needs a fallback"}},
+	{"requires_below after its fallback",
+		"rules:\n  - {phase: o, qualname: '^A\\.f$'}\n  - {phase: v, qualname: '^A\\.f$', requires_below: '^M$'}\n",
+		[]string{`rule 2 (phase "v", line 3): never applies`, `rule 1 (phase "o", line 2) matches the same frames first`}},
+	{"two requires_below patterns",
+		"rules:\n  - {phase: v, qualname: '^A$', requires_below: '^M$'}\n  - {phase: o, qualname: '^A$'}\n" +
+			"  - {phase: w, qualname: '^B$', requires_below: '^N$'}\n  - {phase: o, qualname: '^B$'}\n",
+		[]string{`rule 3 (phase "w", line 4): requires_below "^N$" differs from "^M$" of`, "only one requires_below pattern"}},
+	{"bad requires_below regex",
+		"rules:\n  - {phase: v, qualname: '^A$', requires_below: '(('}\n  - {phase: o, qualname: '^A$'}\n",
+		[]string{`bad requires_below regex "(("`}},
+	{"requires_below restriction in an extension",
+		"extends: hf-assisted\nrules:\n  - {phase: spec.verify, qualname: '^Mine\\.run$', requires_below: '^Module\\._call_impl$'}\n  - {phase: spec.cycle_other, qualname: '^Mine\\.run$'}\n",
+		[]string{`differs from "^Module\\._(wrapped_)?call_impl$" of`}},
+	{"cycle start phase unknown", "cycle: {qualname: '^A\\.run$', start_phase: drft}\nrules:\n  - {phase: draft, qualname: a}\n",
+		[]string{`cycle: start_phase "drft" is not in phases`}},
+	{"cycle without start phase", "cycle: {qualname: '^A\\.run$'}\nrules:\n  - {phase: draft, qualname: a}\n",
+		[]string{"cycle: empty start_phase: name the phase that begins a cycle"}},
+	{"cycle without function", "cycle: {start_phase: draft}\nrules:\n  - {phase: draft, qualname: a}\n",
+		[]string{"cycle: no qualname or name"}},
+	{"bad process regex", "process: {cmdline: '(('}\nrules:\n  - {phase: draft, qualname: a}\n",
+		[]string{`process: bad cmdline regex "(("`}},
+	{"multi-line scalar in a YAML error", "rules: |\n  a\n  b\n",
+		[]string{"line 1, column 8: cannot construct !!str `a\\nb\\n` into []phase.Rule"}},
+	{"long scalar in a YAML error", "rules: " + strings.Repeat("a", 1000) + "\n",
+		[]string{"line 1, column 8: cannot construct !!str `aaaa", "...` into []phase.Rule: fix the YAML"}},
+	{"long unknown field", "rules:\n  - {phase: x, qualname: a, " + strings.Repeat("k", 1000) + ": 1}\n",
+		[]string{"line 2, column 29: field kkkk", "k…: fix the YAML"}},
+	{"phase name with a newline", "rules:\n  - {phase: \"a\\nb\", qualname: a}\n",
+		[]string{`phase "a\nb" has a control character`}},
+	{"phase name too long", "rules:\n  - {phase: " + strings.Repeat("p", MaxPhaseNameBytes+1) + ", qualname: a}\n",
+		[]string{"phases entry 1 is 257 bytes, longer than 256"}},
+	{"second document", "rules:\n  - {phase: x, qualname: a}\n---\nrules: []\n",
+		[]string{"a second YAML document at line 3", "remove the '---'"}},
+	{"file too large", strings.Repeat("#", MaxRulesFileBytes+1),
+		[]string{"rules.yaml: larger than 256 KiB"}},
+	{"nesting too deep", "rules:\n  - phase: x\n    qualname: " + strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth) + "\n",
+		[]string{"rules.yaml: nesting deeper than 16 levels at line 3", "simplify it"}},
+	{"too many rules", "rules:\n" + strings.Repeat("  - {phase: x, qualname: a}\n", MaxRules+1),
+		[]string{"rules.yaml: rules has 1001 entries at line 2, more than 1000"}},
+	{"too many py310 rules", "rules: [{phase: x, qualname: a}]\npy310_rules:\n" + strings.Repeat("  - {phase: x, name: a}\n", MaxRules+1),
+		[]string{"rules.yaml: py310_rules has 1001 entries at line 3, more than 1000"}},
+	{"too many phases", "phases: [" + strings.Repeat("p,", MaxPhases) + "x]\nrules: [{phase: x, qualname: a}]\n",
+		[]string{"rules.yaml: phases has 1001 entries at line 1, more than 1000"}},
+	{"regex too long", "rules:\n  - {phase: x, qualname: '" + strings.Repeat("a", MaxRegexBytes+1) + "'}\n",
+		[]string{`rule 1 (phase "x", line 2): qualname regex is 1025 bytes, longer than 1024`}},
+	{"regex program too large", "rules:\n  - {phase: x, name: '" + strings.Repeat(`\pL{1000}`, 11) + "'}\n",
+		[]string{`rule 1 (phase "x", line 2): name regex compiles to 11002 instructions, more than 10000`, "smaller repetition counts"}},
+	{"regexes too large together", "rules:\n" + strings.Repeat("  - {phase: x, qualname: '\\pL{1000}\\pL{1000}\\pL{1000}'}\n", 100),
+		[]string{`rule 34 (phase "x", line 35): qualname regex takes the preset's regexes past 100000 compiled instructions in all`}},
+}
+
 func TestRulesFileErrors(t *testing.T) {
-	for _, c := range []struct {
-		name, body string
-		want       []string // substrings of the error
-	}{
-		{"syntax error", "rules:\n  - {phase: x, qualname: a\n",
-			[]string{"rules file ", "rules.yaml: line 2, column 5:", "fix the YAML"}},
-		{"bad tab indentation", "rules:\n\t- phase: x\n",
-			[]string{"line 2", "fix the YAML"}},
-		{"unknown field in a rule", "rules:\n  - phase: x\n    qualnme: 'a'\n",
-			[]string{"line 3, column 5", `unknown field "qualnme"`, "fix the YAML"}},
-		{"unknown top-level field", "rule:\n  - phase: x\n",
-			[]string{"line 1", `unknown field "rule"`}},
-		{"wrong type", "rules: 3\n", []string{"line 1", "fix the YAML"}},
-		{"empty file", "# nothing\n", []string{"the file is empty"}},
-		{"no rules", "description: x\n", []string{"no rules: add rules, or extends"}},
-		{"bad regex", "rules:\n  - phase: x\n    qualname: a\n  - phase: verify\n    qualname: '('\n",
-			[]string{`rules.yaml: rule 2 (phase "verify", line 4): bad qualname regex "(": error parsing regexp`, "fix the regular expression"}},
-		{"bad file regex", "rules:\n  - {phase: x, name: a, file: '[z-a]'}\n",
-			[]string{`rule 1 (phase "x", line 2): bad file regex "[z-a]"`}},
-		{"bad py310 rule regex", "rules:\n  - {phase: x, qualname: a}\npy310_rules:\n  - {phase: x, name: '*'}\n",
-			[]string{`py310 rule 1 (phase "x", line 4): bad name regex "*"`}},
-		{"bad default file regex", "file_regex: '('\nrules:\n  - {phase: x, qualname: a}\n",
-			[]string{`rule 1 (phase "x", line 3): bad file regex "("`}},
-		{"unknown extends", "extends: sglang\nrules:\n  - {phase: x, qualname: a}\n",
-			[]string{`extends: unknown preset "sglang"`, "hf-assisted, sglang-eagle, vllm-eagle", "fix extends"}},
-		{"empty phase name", "rules:\n  - {phase: '', qualname: a}\n",
-			[]string{`rule 1 (phase "", line 2): empty phase name`}},
-		{"missing phase", "rules:\n  - {qualname: a}\n",
-			[]string{`rule 1 (phase "", line 2): empty phase name`}},
-		{"reserved phase other", "rules:\n  - {phase: other, qualname: a}\n",
-			[]string{`phase "other" is reserved`}},
-		{"rule selects nothing", "rules:\n  - {phase: x}\n",
-			[]string{`rule 1 (phase "x", line 2): selects nothing`}},
-		{"phase not listed", "phases: [spec.verify]\nrules:\n  - {phase: spec.verfy, qualname: a}\n",
-			[]string{`phase "spec.verfy" is not in phases [spec.verify, other]`, "add it to phases or fix the name"}},
-		{"phase listed twice", "phases: [a, a]\nrules:\n  - {phase: a, qualname: a}\n",
-			[]string{`phase "a" is listed twice`}},
-		{"negative first_line", "rules:\n  - {phase: x, name: a, first_line: -3}\n",
-			[]string{"first_line -3 is negative"}},
-		{"requires_below without fallback",
-			"rules:\n  - {phase: v, qualname: '^A\\.f$', requires_below: '^M$'}\n  - {phase: o, qualname: '^A\\.g$'}\n",
-			[]string{`rule 1 (phase "v", line 2): requires_below needs a fallback`, "same qualname, name, file and first_line"}},
-		{"requires_below fallback with other file",
-			"rules:\n  - {phase: v, qualname: '^A\\.f$', requires_below: '^M$'}\n  - {phase: o, qualname: '^A\\.f$', file: 'x'}\n",
-			[]string{"requires_below needs a fallback"}},
-		{"requires_below after its fallback",
-			"rules:\n  - {phase: o, qualname: '^A\\.f$'}\n  - {phase: v, qualname: '^A\\.f$', requires_below: '^M$'}\n",
-			[]string{`rule 2 (phase "v", line 3): never applies`, `rule 1 (phase "o", line 2) matches the same frames first`}},
-		{"two requires_below patterns",
-			"rules:\n  - {phase: v, qualname: '^A$', requires_below: '^M$'}\n  - {phase: o, qualname: '^A$'}\n" +
-				"  - {phase: w, qualname: '^B$', requires_below: '^N$'}\n  - {phase: o, qualname: '^B$'}\n",
-			[]string{`rule 3 (phase "w", line 4): requires_below "^N$" differs from "^M$" of`, "only one requires_below pattern"}},
-		{"bad requires_below regex",
-			"rules:\n  - {phase: v, qualname: '^A$', requires_below: '(('}\n  - {phase: o, qualname: '^A$'}\n",
-			[]string{`bad requires_below regex "(("`}},
-		{"requires_below restriction in an extension",
-			"extends: hf-assisted\nrules:\n  - {phase: spec.verify, qualname: '^Mine\\.run$', requires_below: '^Module\\._call_impl$'}\n  - {phase: spec.cycle_other, qualname: '^Mine\\.run$'}\n",
-			[]string{`differs from "^Module\\._(wrapped_)?call_impl$" of`}},
-		{"cycle start phase unknown", "cycle: {qualname: '^A\\.run$', start_phase: drft}\nrules:\n  - {phase: draft, qualname: a}\n",
-			[]string{`cycle: start_phase "drft" is not in phases`}},
-		{"cycle without start phase", "cycle: {qualname: '^A\\.run$'}\nrules:\n  - {phase: draft, qualname: a}\n",
-			[]string{"cycle: empty start_phase: name the phase that begins a cycle"}},
-		{"cycle without function", "cycle: {start_phase: draft}\nrules:\n  - {phase: draft, qualname: a}\n",
-			[]string{"cycle: no qualname or name"}},
-		{"bad process regex", "process: {cmdline: '(('}\nrules:\n  - {phase: draft, qualname: a}\n",
-			[]string{`process: bad cmdline regex "(("`}},
-	} {
+	for _, c := range rulesFileErrors {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := LoadRulesFile(writeRules(t, c.body))
 			if err == nil {
@@ -351,5 +383,23 @@ func TestCompileValidates(t *testing.T) {
 	c := m.Classify(a)
 	if m.PhaseName(c.Phase) != "o" || m.PhaseName(c.AltPhase) != "v" || c.Marker || !m.Classify(marker).Marker {
 		t.Errorf("Classify: %+v", c)
+	}
+}
+
+// A qualname regex within the limits whose derived co_name regex is not
+// is refused when compiling for 3.10, with the way out.
+func TestRulesFilePy310DerivedTooLong(t *testing.T) {
+	p, err := LoadRulesFile(writeRules(t, "rules:\n  - {phase: x, qualname: '"+strings.Repeat("a", MaxRegexBytes-4)+"'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Compile(false); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Compile(true)
+	for _, s := range []string{"cannot be used on Python 3.10", "its co_name regex would be longer than 1024 bytes", "add a name regex"} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("error %v lacks %q", err, s)
+		}
 	}
 }

@@ -108,11 +108,7 @@ func loadSegments(path string) ([]elf.ProgHeader, error) {
 			}
 			return nil, err
 		}
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_LOAD {
-				fi.loads = append(fi.loads, p.ProgHeader)
-			}
-		}
+		fi.loads = loadHeaders(f)
 		f.Close()
 		fi.probed, fi.isELF = true, true
 	}
@@ -120,6 +116,17 @@ func loadSegments(path string) ([]elf.ProgHeader, error) {
 		return nil, fmt.Errorf("%s: %w", path, errNotELF)
 	}
 	return fi.loads, nil
+}
+
+// loadHeaders returns the PT_LOAD program headers of an opened ELF file.
+func loadHeaders(f *elf.File) []elf.ProgHeader {
+	var loads []elf.ProgHeader
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			loads = append(loads, p.ProgHeader)
+		}
+	}
+	return loads
 }
 
 // Symbols looks names up in the ELF file at hostPath, in .dynsym first and
@@ -166,6 +173,11 @@ func scanSymbols(path string, want map[string]bool, syms map[string]*elf.Symbol)
 		return err
 	}
 	defer f.Close()
+	return scanELF(f, want, syms)
+}
+
+// scanELF is scanSymbols on an opened ELF file.
+func scanELF(f *elf.File, want map[string]bool, syms map[string]*elf.Symbol) error {
 	for _, table := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
 		if len(want) == 0 {
 			break

@@ -109,6 +109,9 @@ func parseMapsLine(line string) (Mapping, error) {
 	if m.End, err = strconv.ParseUint(hi, 16, 64); err != nil {
 		return m, fmt.Errorf("malformed maps line %q: %w", line, err)
 	}
+	if m.End <= m.Start {
+		return m, fmt.Errorf("malformed maps line %q: the range is empty or reversed", line)
+	}
 	if m.Offset, err = strconv.ParseUint(off, 16, 64); err != nil {
 		return m, fmt.Errorf("malformed maps line %q: %w", line, err)
 	}

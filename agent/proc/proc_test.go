@@ -56,8 +56,10 @@ func TestParseMapsLine(t *testing.T) {
 			t.Errorf("parseMapsLine(%q) = %+v, want %+v", tt.line, got, tt.want)
 		}
 	}
-	if _, err := parseMapsLine("garbage"); err == nil {
-		t.Error("parseMapsLine(garbage) succeeded")
+	for _, bad := range []string{"garbage", "010-0 0 0 0 0", "1000-1000 r--p 00000000 00:00 0"} {
+		if _, err := parseMapsLine(bad); err == nil {
+			t.Errorf("parseMapsLine(%q) succeeded", bad)
+		}
 	}
 	vdso, _ := parseMapsLine(tests[2].line)
 	if !vdso.Pseudo() || vdso.FileBacked() || !vdso.Executable() {

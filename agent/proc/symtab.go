@@ -61,6 +61,11 @@ func readFuncSymbols(path string) (*SymTable, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return funcSymbols(f)
+}
+
+// funcSymbols builds the table of an opened ELF file.
+func funcSymbols(f *elf.File) (*SymTable, error) {
 	syms, err := f.Symbols()
 	if errors.Is(err, elf.ErrNoSymbols) {
 		syms, err = f.DynamicSymbols()
@@ -74,7 +79,9 @@ func readFuncSymbols(path string) (*SymTable, error) {
 	}
 	var fns []fn
 	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF || s.Size == 0 || s.Name == "" {
+		// A range that wraps past 2^64 is a corrupt entry, and would break
+		// the table's order.
+		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF || s.Size == 0 || s.Name == "" || s.Value+s.Size < s.Value {
 			continue
 		}
 		fns = append(fns, fn{s.Value, s.Value + s.Size, s.Name})

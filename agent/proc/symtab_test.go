@@ -1,7 +1,9 @@
 package proc
 
 import (
+	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +17,7 @@ int main(int argc, char **argv) { (void)argv; return specprof_fn_b(argc) & 1; }
 `
 
 // buildC compiles symtabSrc with gcc and the given flags into dir/name.
-func buildC(t *testing.T, dir, name string, flags ...string) string {
+func buildC(t testing.TB, dir, name string, flags ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Fatal("gcc not found (the tests build small ELF files with it)")
@@ -93,5 +95,56 @@ func TestFuncSymbols(t *testing.T) {
 	bare := buildC(t, dir, "bare", "-s")
 	if tab, err := FuncSymbols(bare); err != nil || tab.Len() != 0 {
 		t.Errorf("stripped executable: %d functions, %v; want an empty table", tab.Len(), err)
+	}
+}
+
+// setSymbolValue returns a copy of the ELF file data with the st_value of
+// the .symtab symbol name set to v.
+func setSymbolValue(tb testing.TB, data []byte, name string, v uint64) []byte {
+	tb.Helper()
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	syms, err := f.Symbols()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := bytes.Clone(data)
+	sec := f.SectionByType(elf.SHT_SYMTAB)
+	for i, s := range syms {
+		if s.Name == name {
+			// Symbols() leaves out the null entry 0; an Elf64_Sym is 24
+			// bytes, st_value at 8.
+			binary.LittleEndian.PutUint64(out[sec.Offset+uint64(i+1)*24+8:], v)
+			return out
+		}
+	}
+	tb.Fatalf("no symbol %s", name)
+	return nil
+}
+
+// A function whose address range wraps past 2^64 is left out: Lookup of
+// the functions kept still finds them.
+func TestFuncSymbolsWrap(t *testing.T) {
+	path := buildC(t, t.TempDir(), "exe", "-Os", "-nostdlib", "-static", "-Wl,--build-id=none", "-Wl,-N")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(setSymbolValue(t, data, "specprof_fn_a", 1<<64-2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := funcSymbols(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab.Len() != 2 {
+		t.Fatalf("%d functions: %v, want specprof_fn_b and main", tab.Len(), tab.name)
+	}
+	b := symValue(t, path, "specprof_fn_b", false)
+	if name, ok := tab.Lookup(b.Value); !ok || name != "specprof_fn_b" {
+		t.Errorf("Lookup(specprof_fn_b) = %q, %v", name, ok)
 	}
 }

@@ -38,6 +38,14 @@ var debugLayouts = map[int]debugLayout{
 	14: {size: 760, interpHead: 40, interpState: 48, threadsHead: 72, threadState: 176, interpFrame: 248, codeObject: 312, pyObject: 400, bytesObject: 592, unicodeObject: 616},
 }
 
+// Bounds on the sizes in a _Py_DebugOffsets blob that decide how much the
+// symbolizer reads at once: PyCodeObject is about 220 bytes and
+// PyASCIIObject 40 on 3.13 and 3.14.
+const (
+	maxCodeObjectBytes = 4096
+	maxStringHeader    = 256
+)
+
 // debugHeader is the version-independent start of _Py_DebugOffsets.
 type debugHeader struct {
 	Version      uint32 // PY_VERSION_HEX
@@ -129,6 +137,14 @@ func offsetsFromDebug(minor int, b []byte, base Offsets) (Offsets, error) {
 		if c.size == 0 || c.size > 1<<24 || c.off >= c.size {
 			return Offsets{}, fmt.Errorf("_Py_DebugOffsets %s = %d is outside its struct (size %d)", c.name, c.off, c.size)
 		}
+	}
+	// The symbolizer reads a code object's header, and a string's, in one
+	// read each, so their sizes are bounded more tightly than the rest.
+	if codeSize > maxCodeObjectBytes {
+		return Offsets{}, fmt.Errorf("_Py_DebugOffsets code_object.size = %d, more than %d", codeSize, maxCodeObjectBytes)
+	}
+	if o.UnicodeASCIIData < unicodeStateOff+4 || o.UnicodeASCIIData > maxStringHeader {
+		return Offsets{}, fmt.Errorf("_Py_DebugOffsets unicode_object.asciiobject_size = %d, outside [%d, %d]", o.UnicodeASCIIData, unicodeStateOff+4, maxStringHeader)
 	}
 	// Constants this package hard-codes for every version; a build that
 	// moved them cannot be read correctly.

@@ -205,19 +205,24 @@ func freeThreadedName(p string) bool {
 // minor version from the file name when it has one and the full version
 // from the PY_VERSION string in .rodata (used by Py_GetVersion).
 func versionFromFile(m proc.Module) (Version, error) {
-	minor := -1
-	if mm := pyNameRE.FindStringSubmatch(path.Base(m.Path)); mm != nil {
-		minor, _ = strconv.Atoi(mm[1])
-	}
 	f, err := elf.Open(m.HostPath)
 	if err != nil {
 		return Version{}, fmt.Errorf("open %s: %w", m.Path, err)
 	}
 	defer f.Close()
+	return versionFromELF(m.Path, f)
+}
+
+// versionFromELF is versionFromFile on the opened file at path p.
+func versionFromELF(p string, f *elf.File) (Version, error) {
+	minor := -1
+	if mm := pyNameRE.FindStringSubmatch(path.Base(p)); mm != nil {
+		minor, _ = strconv.Atoi(mm[1])
+	}
 	if sec := f.Section(".rodata"); sec != nil {
 		data, err := sec.Data()
 		if err != nil {
-			return Version{}, fmt.Errorf("read .rodata of %s: %w", m.Path, err)
+			return Version{}, fmt.Errorf("read .rodata of %s: %w", p, err)
 		}
 		for _, mm := range rodataVersionRE.FindAllSubmatch(data, -1) {
 			v := Version{Major: 3}
@@ -233,7 +238,7 @@ func versionFromFile(m proc.Module) (Version, error) {
 	if minor >= 0 {
 		return Version{Major: 3, Minor: minor}, nil
 	}
-	return Version{}, fmt.Errorf("no Py_Version symbol, version string or versioned name in %s", m.Path)
+	return Version{}, fmt.Errorf("no Py_Version symbol, version string or versioned name in %s", p)
 }
 
 // sectionAddr returns the virtual address of the named section.

@@ -3,8 +3,6 @@ package python
 import (
 	"encoding/binary"
 	"fmt"
-
-	"github.com/specprof/specprof/agent/proc"
 )
 
 // FrameRef is one Python frame as the BPF walker records it.
@@ -86,7 +84,7 @@ func (s *Symbolizer) walk(ts uint64) ([]FrameRef, error) {
 		}
 		if o.Flags&FlagSkipOwnerGE3 != 0 {
 			owner := make([]byte, 1)
-			if err := proc.ReadMem(s.rt.PID, f+o.FrameOwner, owner); err != nil {
+			if err := s.read(f+o.FrameOwner, owner); err != nil {
 				return out, err
 			}
 			if owner[0] >= 3 {
@@ -106,7 +104,7 @@ func (s *Symbolizer) walk(ts uint64) ([]FrameRef, error) {
 		var instr uint64
 		if o.Flags&FlagFrameObject != 0 {
 			b := make([]byte, 4)
-			if err := proc.ReadMem(s.rt.PID, f+o.FrameInstr, b); err != nil {
+			if err := s.read(f+o.FrameInstr, b); err != nil {
 				return out, err
 			}
 			instr = uint64(binary.LittleEndian.Uint32(b))
@@ -174,7 +172,7 @@ func (s *Symbolizer) threadTID(ts uint64) (int, error) {
 		return 0, err
 	}
 	b := make([]byte, 4)
-	if err := proc.ReadMem(s.rt.PID, pt+o.PthreadTID, b); err != nil {
+	if err := s.read(pt+o.PthreadTID, b); err != nil {
 		return 0, err
 	}
 	return int(int32(binary.LittleEndian.Uint32(b))), nil
@@ -182,7 +180,7 @@ func (s *Symbolizer) threadTID(ts uint64) (int, error) {
 
 func (s *Symbolizer) u64(addr uint64) (uint64, error) {
 	b := make([]byte, 8)
-	if err := proc.ReadMem(s.rt.PID, addr, b); err != nil {
+	if err := s.read(addr, b); err != nil {
 		return 0, err
 	}
 	return binary.LittleEndian.Uint64(b), nil

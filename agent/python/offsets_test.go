@@ -87,6 +87,13 @@ func TestOffsetsFromDebug(t *testing.T) {
 		"zero tstate size":     func(b []byte) { binary.LittleEndian.PutUint64(b[176:], 0) },
 		"moved ob_type":        func(b []byte) { binary.LittleEndian.PutUint64(b[408:], 16) },
 		"moved unicode length": func(b []byte) { binary.LittleEndian.PutUint64(b[632:], 24) },
+		// A 16 MB code object made every code object read 16 MB.
+		"huge code object": func(b []byte) {
+			binary.LittleEndian.PutUint64(b[312:], 1<<24-8)
+			binary.LittleEndian.PutUint64(b[320:], 1<<24-16) // filename
+		},
+		// A string header shorter than state made a short read panic.
+		"string header without state": func(b []byte) { binary.LittleEndian.PutUint64(b[640:], 8) },
 	} {
 		b := debug314()
 		mutate(b)

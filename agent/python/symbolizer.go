@@ -41,6 +41,8 @@ const (
 type Symbolizer struct {
 	rt  *Runtime
 	off Offsets
+	// read copies len(b) bytes of the target's memory at addr into b.
+	read func(addr uint64, b []byte) error
 	// hdrLen covers every PyCodeObject field read, so a code object costs
 	// one read plus one per string.
 	hdrLen int
@@ -62,7 +64,8 @@ func NewSymbolizer(rt *Runtime) *Symbolizer {
 	for _, end := range []uint64{o.CodeFilename + 8, o.CodeName + 8, o.CodeQualname + 8, o.CodeFirstLineNo + 4, o.CodeLinetable + 8} {
 		hdr = max(hdr, end)
 	}
-	s := &Symbolizer{rt: rt, off: o, hdrLen: int(hdr), max: DefaultCacheSize, ll: list.New(), items: map[uint64]*list.Element{}}
+	read := func(addr uint64, b []byte) error { return proc.ReadMem(rt.PID, addr, b) }
+	s := &Symbolizer{rt: rt, off: o, read: read, hdrLen: int(hdr), max: DefaultCacheSize, ll: list.New(), items: map[uint64]*list.Element{}}
 	s.codeType.Store(rt.CodeTypeAddr)
 	return s
 }
@@ -125,7 +128,7 @@ func (s *Symbolizer) readCode(addr uint64) (Code, error) {
 		return Code{}, fmt.Errorf("misaligned or null address: %w", ErrNotCode)
 	}
 	hdr := make([]byte, s.hdrLen)
-	if err := proc.ReadMem(s.rt.PID, addr, hdr); err != nil {
+	if err := s.read(addr, hdr); err != nil {
 		return Code{}, err
 	}
 	ptr := func(off uint64) uint64 { return binary.LittleEndian.Uint64(hdr[off:]) }
@@ -178,11 +181,11 @@ func (s *Symbolizer) typeName(typ uint64) (string, error) {
 		return "", fmt.Errorf("null type")
 	}
 	b := make([]byte, 8)
-	if err := proc.ReadMem(s.rt.PID, typ+typeNameOff, b); err != nil {
+	if err := s.read(typ+typeNameOff, b); err != nil {
 		return "", err
 	}
 	name := make([]byte, 32)
-	if err := proc.ReadMem(s.rt.PID, binary.LittleEndian.Uint64(b), name); err != nil {
+	if err := s.read(binary.LittleEndian.Uint64(b), name); err != nil {
 		return "", err
 	}
 	if i := bytes.IndexByte(name, 0); i >= 0 {
@@ -205,9 +208,10 @@ func (s *Symbolizer) readString(addr uint64) (string, error) {
 	// back to the exact header if that runs off the end of a mapping.
 	const guess = 96
 	buf := make([]byte, o.UnicodeCompactData+guess)
-	if err := proc.ReadMem(s.rt.PID, addr, buf); err != nil {
-		buf = buf[:o.UnicodeASCIIData]
-		if err := proc.ReadMem(s.rt.PID, addr, buf); err != nil {
+	if err := s.read(addr, buf); err != nil {
+		// The header must hold state, whatever the offsets say.
+		buf = buf[:max(o.UnicodeASCIIData, unicodeStateOff+4)]
+		if err := s.read(addr, buf); err != nil {
 			return "", err
 		}
 	}
@@ -243,7 +247,7 @@ func (s *Symbolizer) readString(addr uint64) (string, error) {
 		data = buf[dataOff : dataOff+n]
 	} else {
 		data = make([]byte, n)
-		if err := proc.ReadMem(s.rt.PID, addr+dataOff, data); err != nil {
+		if err := s.read(addr+dataOff, data); err != nil {
 			return "", err
 		}
 	}
@@ -282,7 +286,7 @@ func (s *Symbolizer) readBytes(addr uint64) ([]byte, error) {
 		return nil, fmt.Errorf("null bytes object")
 	}
 	b := make([]byte, 8)
-	if err := proc.ReadMem(s.rt.PID, addr+bytesSizeOff, b); err != nil {
+	if err := s.read(addr+bytesSizeOff, b); err != nil {
 		return nil, err
 	}
 	n := int64(binary.LittleEndian.Uint64(b))
@@ -290,7 +294,7 @@ func (s *Symbolizer) readBytes(addr uint64) ([]byte, error) {
 		return nil, fmt.Errorf("bytes at 0x%x: implausible size %d", addr, n)
 	}
 	data := make([]byte, n)
-	if err := proc.ReadMem(s.rt.PID, addr+bytesDataOff, data); err != nil {
+	if err := s.read(addr+bytesDataOff, data); err != nil {
 		return nil, err
 	}
 	return data, nil
