@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -275,5 +276,19 @@ func TestReadStringShortHeader(t *testing.T) {
 	// offsets are, but decoded without a panic.
 	if got, err := s.readString(a); err == nil && len(got) != 1 {
 		t.Errorf("readString = %q: want one character or an error", got)
+	}
+}
+
+// A string length whose size in bytes overflows int64 is implausible, not
+// an allocation of the wrapped size (FuzzFrameWalk found a UCS-2 string of
+// 2^62+1 code points making readString panic in make).
+func TestReadStringHugeLength(t *testing.T) {
+	c := buildImage(12, true)
+	a := c.im.str(c.rt.Offsets, c.rt.UnicodeTypeAddr, "xyz")
+	c.im.put64(a+unicodeLengthOff, 1<<62+1)
+	c.im.put32(a+unicodeStateOff, 2<<2|1<<5) // kind 2, compact, not ascii
+	s := newImageSymbolizer(c.rt, c.im)
+	if got, err := s.readString(a); err == nil || !strings.Contains(err.Error(), "implausible length") {
+		t.Errorf("readString = %q, %v; want an implausible length", got, err)
 	}
 }

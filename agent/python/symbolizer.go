@@ -238,7 +238,7 @@ func (s *Symbolizer) readString(addr uint64) (string, error) {
 	if width != 1 && width != 2 && width != 4 {
 		return "", fmt.Errorf("string at 0x%x: invalid kind %d", addr, kind)
 	}
-	if length < 0 || length*width > maxStringBytes {
+	if length < 0 || length > maxStringBytes/width { // length*width may overflow
 		return "", fmt.Errorf("string at 0x%x: implausible length %d", addr, length)
 	}
 	n := uint64(length * width)
