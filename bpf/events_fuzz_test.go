@@ -30,7 +30,7 @@ func encodeRecord(ev any) ([]byte, error) {
 		setHeader(&r.H.Type, &r.H.Pid, &r.H.Tid, &r.H.Cpu, &r.H.Ktime, e.Header)
 		r.Api, r.LostSeq, r.Stream, r.Handle, r.Arg0, r.Arg1 = uint32(e.API), e.LostSeq, e.Stream, e.Handle, e.Arg0, e.Arg1
 		r.Py.Phase, r.Py.Flags, r.Py.Nframes, r.Py.Depth = e.Py.Phase, uint16(e.Py.Flags), uint16(len(e.Py.Frames)), e.Py.Depth
-		r.Py.Match, r.Py.PhaseCode, r.Py.CycleFrame, r.Py.LeafCode, r.Py.LeafInstr = uint32(int32(e.Py.Match)), e.Py.PhaseCode, e.Py.CycleFrame, e.Py.LeafCode, e.Py.LeafInstr
+		r.Py.Match, r.Py.CycleNo, r.Py.PhaseCode, r.Py.CycleFrame, r.Py.LeafCode, r.Py.LeafInstr = uint32(int32(e.Py.Match)), e.Py.CycleNo, e.Py.PhaseCode, e.Py.CycleFrame, e.Py.LeafCode, e.Py.LeafInstr
 		write(&r)
 		frames(e.Py)
 	case *Sample:
@@ -41,7 +41,7 @@ func encodeRecord(ev any) ([]byte, error) {
 			r.Flags = uint32(specprofSpSampleFlagsSP_SAMPLE_KERNEL)
 		}
 		r.Py.Phase, r.Py.Flags, r.Py.Nframes, r.Py.Depth = e.Py.Phase, uint16(e.Py.Flags), uint16(len(e.Py.Frames)), e.Py.Depth
-		r.Py.Match, r.Py.PhaseCode, r.Py.CycleFrame, r.Py.LeafCode, r.Py.LeafInstr = uint32(int32(e.Py.Match)), e.Py.PhaseCode, e.Py.CycleFrame, e.Py.LeafCode, e.Py.LeafInstr
+		r.Py.Match, r.Py.CycleNo, r.Py.PhaseCode, r.Py.CycleFrame, r.Py.LeafCode, r.Py.LeafInstr = uint32(int32(e.Py.Match)), e.Py.CycleNo, e.Py.PhaseCode, e.Py.CycleFrame, e.Py.LeafCode, e.Py.LeafInstr
 		write(&r)
 		buf.Truncate(sampleFixed) // the stack array is not sent
 		frames(e.Py)
