@@ -147,8 +147,7 @@ func untracedDemo(t *testing.T, args ...string) workloadOutput {
 // dead or stopped agent). The target finishes, exits 0 and prints what it
 // prints untraced; with specprof stopped it finishes while specprof still is.
 func TestFaultSpecprofKilledOrStopped(t *testing.T) {
-	_, mockCupti, _, _, root := standins(t)
-	injLib, _, _, _, _ := standins(t)
+	injLib, mockCupti, _, _, root := standins(t)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		t.Fatalf("become a child subreaper (to reap the orphaned target): %v", err)
 	}
