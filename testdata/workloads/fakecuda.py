@@ -129,6 +129,16 @@ def tag(phase):
             _set_tag_fn(_encode(prev))
 
 
+def truth_tag(phase, cycle=None, tid=None):
+    """The ground-truth tag of a call (testdata/conformance/README.md): `phase` outside cycles,
+    `phase@N` in cycle N of the calling thread, `phase@TID:N` in cycle N of thread TID."""
+    if cycle is None:
+        return phase
+    if tid is None:
+        return "%s@%d" % (phase, cycle)
+    return "%s@%d:%d" % (phase, tid, cycle)
+
+
 on_call = None  # optional hook on_call(api, tag), called at every checked call (presetcheck)
 
 
