@@ -201,8 +201,10 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 		}
 		s.evEnc = newEventWriter(s.evFile)
 	}
-	if os.Geteuid() != 0 {
-		log.Warn("not running as root: specprof needs root or CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH")
+	if missing, err := missingCaps(); err != nil {
+		log.Warn("not running as root, and the capabilities could not be read", "err", err)
+	} else if len(missing) > 0 {
+		log.Warn("not running as root and missing " + strings.Join(missing, ", ") + ": specprof needs root or CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH")
 	}
 	tr, err := bpf.Load()
 	if err != nil {
