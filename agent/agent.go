@@ -752,3 +752,30 @@ func (a *Agent) phaseOrder(id uint16, m *phase.Matcher) int {
 	}
 	return 1 << 20
 }
+
+// Status is a cheap summary of a running session, for a live status line.
+type Status struct {
+	Processes int    // processes with CUDA libraries traced
+	Cycles    int    // cycles folded into the figures, all threads
+	OpenCycle bool   // some thread is inside a cycle now
+	Calls     int64  // hooked calls attributed
+	Lost      uint64 // records lost to a full ring buffer or scratch space
+}
+
+// Status returns the session's Status.
+func (a *Agent) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := Status{Lost: a.rep.Loss.RingBuf + a.rep.Loss.Scratch}
+	for _, p := range a.procs {
+		if len(p.libs) > 0 && !p.exited {
+			s.Processes++
+		}
+		for _, t := range p.threads {
+			s.Cycles += t.cycles
+			s.Calls += t.calls
+			s.OpenCycle = s.OpenCycle || t.inCycle
+		}
+	}
+	return s
+}

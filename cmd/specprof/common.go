@@ -101,6 +101,7 @@ type session struct {
 	out    io.Writer
 	layout summary.Layout
 	mu     sync.Mutex
+	tables int // phase tables printed (statusLines)
 	evFile *os.File
 	evEnc  *eventWriter
 	dir    *outDir
@@ -253,6 +254,7 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			_ = summary.WriteWindow(s.out, fmt.Sprintf("[specprof] pid %d", w.PID), w, s.layout)
+			s.tables++
 			s.writeSpecWindow()
 		}
 	}
@@ -559,7 +561,41 @@ func (s *session) logBPFStats() {
 func (s *session) runAgent(done <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-done; cancel() }()
+	if !s.flags.quiet {
+		go s.statusLines(done)
+	}
 	return s.ag.Run(ctx)
+}
+
+// statusEvery is how often a status line is printed while no phase table
+// is (a server waiting for requests, or --interval 0).
+const statusEvery = 10 * time.Second
+
+// statusLines prints one status line every statusEvery in which no phase
+// table was printed, until done is closed. Whole lines only: the target
+// writes to the same terminal.
+func (s *session) statusLines(done <-chan struct{}) {
+	tick := time.NewTicker(statusEvery)
+	defer tick.Stop()
+	seen := 0
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		st := s.ag.Status()
+		s.mu.Lock()
+		if s.tables == seen {
+			what := "waiting for cycles"
+			if st.OpenCycle || st.Cycles > 0 {
+				what = "running"
+			}
+			fmt.Fprintf(s.out, "[specprof] %s: %d processes traced, %d cycles, %d calls, %d records lost\n", what, st.Processes, st.Cycles, st.Calls, st.Lost)
+		}
+		seen = s.tables
+		s.mu.Unlock()
+	}
 }
 
 func anyLibrary(r *agent.Report) bool {
