@@ -46,9 +46,9 @@ class EagleVerifyInput(object):
 
     def verify(self, batch, logits_output, token_to_kv_pool_allocator, page_size, vocab_mask=None):
         with ph("spec.accept", O.cur):
-            return self._verify(batch)
+            return self._verify(batch, logits_output)
 
-    def _verify(self, batch):
+    def _verify(self, batch, logits_output):
         gpu, bs = self.gpu, batch.batch_size()
         gpu.launch("verify_tree_greedy", bs)
         accept_index_cpu = (ctypes.c_int32 * (bs * (self.spec_steps + 1)))()
