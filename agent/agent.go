@@ -404,6 +404,9 @@ func (a *Agent) ensurePython(p *process) error {
 	py310 := rt.Version.Minor == 10
 	cfg := pyConfig(rt)
 	cfg.CycleStart = uint32(a.matchers[py310].CycleStartPhase())
+	if a.matchers[py310].CyclesAtStart() {
+		cfg.CycleFlags |= bpf.PyCycleAtStart
+	}
 	if err := a.pr.SetPyConfig(p.pid, cfg); err != nil {
 		return err
 	}

@@ -639,6 +639,14 @@ func (a *Agent) advanceCycle(p *process, t *thread, ph uint16, cyc uint64, ktime
 	if !newCycle && start != 0 && ph == start && t.sawAfter {
 		newCycle = true
 	}
+	if newCycle && ph != start && m.CyclesAtStart() {
+		// Before the call's first start phase: setup, outside cycles
+		// (as BPF's count_cycle).
+		if t.inCycle {
+			a.closeCycle(p, t, m)
+		}
+		return
+	}
 	if newCycle {
 		if t.inCycle {
 			a.closeCycle(p, t, m)

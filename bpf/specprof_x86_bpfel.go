@@ -123,7 +123,7 @@ type specprofPyConfig struct {
 	CodeQualname      uint32
 	Flags             uint32
 	CycleStart        uint32
-	Pad               uint32
+	CycleFlags        uint32
 }
 
 type specprofSampleEvent struct {
@@ -201,6 +201,12 @@ type specprofSpClassFlags uint32
 const (
 	specprofSpClassFlagsSP_CLASS_MARKER specprofSpClassFlags = 1
 	specprofSpClassFlagsSP_CLASS_CYCLE  specprofSpClassFlags = 2
+)
+
+type specprofSpCyccfg uint32
+
+const (
+	specprofSpCyccfgSP_CYCCFG_AT_START specprofSpCyccfg = 1
 )
 
 type specprofSpEventType uint32
@@ -403,6 +409,7 @@ const (
 	specprofVarUnusedSpApi          = "unused_sp_api"
 	specprofVarUnusedSpCfgFlags     = "unused_sp_cfg_flags"
 	specprofVarUnusedSpClassFlags   = "unused_sp_class_flags"
+	specprofVarUnusedSpCyccfg       = "unused_sp_cyccfg"
 	specprofVarUnusedSpEventType    = "unused_sp_event_type"
 	specprofVarUnusedSpLost         = "unused_sp_lost"
 	specprofVarUnusedSpPyFlags      = "unused_sp_py_flags"
@@ -523,6 +530,7 @@ type specprofVariableSpecs struct {
 	UnusedSpApi         *ebpf.VariableSpec `ebpf:"unused_sp_api"`
 	UnusedSpCfgFlags    *ebpf.VariableSpec `ebpf:"unused_sp_cfg_flags"`
 	UnusedSpClassFlags  *ebpf.VariableSpec `ebpf:"unused_sp_class_flags"`
+	UnusedSpCyccfg      *ebpf.VariableSpec `ebpf:"unused_sp_cyccfg"`
 	UnusedSpEventType   *ebpf.VariableSpec `ebpf:"unused_sp_event_type"`
 	UnusedSpLost        *ebpf.VariableSpec `ebpf:"unused_sp_lost"`
 	UnusedSpPyFlags     *ebpf.VariableSpec `ebpf:"unused_sp_py_flags"`
@@ -601,6 +609,7 @@ type specprofVariables struct {
 	UnusedSpApi         *ebpf.Variable `ebpf:"unused_sp_api"`
 	UnusedSpCfgFlags    *ebpf.Variable `ebpf:"unused_sp_cfg_flags"`
 	UnusedSpClassFlags  *ebpf.Variable `ebpf:"unused_sp_class_flags"`
+	UnusedSpCyccfg      *ebpf.Variable `ebpf:"unused_sp_cyccfg"`
 	UnusedSpEventType   *ebpf.Variable `ebpf:"unused_sp_event_type"`
 	UnusedSpLost        *ebpf.Variable `ebpf:"unused_sp_lost"`
 	UnusedSpPyFlags     *ebpf.Variable `ebpf:"unused_sp_py_flags"`

@@ -21,6 +21,11 @@ import (
 // PyConfig tells BPF how to walk one process's interpreter. All offsets are
 // bytes; user space (agent/python) derives them from the target's version or
 // its _Py_DebugOffsets.
+// PyCycleAtStart is PyConfig.CycleFlags' bit for phase.Cycle.BeforeStart
+// "outside": a cycle-function call opens a cycle only at its first entry
+// into the start phase. Mirrors SP_CYCCFG_AT_START in c/events.h.
+const PyCycleAtStart = uint32(specprofSpCyccfgSP_CYCCFG_AT_START)
+
 type PyConfig = specprofPyConfig
 
 // Interpreter layout flags for PyConfig.Flags.

@@ -35,6 +35,7 @@ const enum sp_event_type *unused_sp_event_type __attribute__((unused));
 const enum sp_py_flags *unused_sp_py_flags __attribute__((unused));
 const enum sp_cfg_flags *unused_sp_cfg_flags __attribute__((unused));
 const enum sp_track_flags *unused_sp_track_flags __attribute__((unused));
+const enum sp_cyccfg *unused_sp_cyccfg __attribute__((unused));
 const enum sp_class_flags *unused_sp_class_flags __attribute__((unused));
 const enum sp_lost *unused_sp_lost __attribute__((unused));
 const struct sample_event *unused_sample_event __attribute__((unused));
@@ -940,8 +941,8 @@ static int walk_step(__u32 i, struct walk_ctx *c)
  * its frame address and, for loops inside one call, by the start phase
  * coming back after other phases; a call outside any cycle closes it. The
  * count goes up whether or not the record reaches user space. */
-static __always_inline void count_cycle(struct tstate_cache *tc, struct sp_py *py, __u32 start, __u32 pid,
-					__u32 tid)
+static __always_inline void count_cycle(struct tstate_cache *tc, struct sp_py *py, __u32 start, __u32 cflags,
+					__u32 pid, __u32 tid)
 {
 	__u64 cyc = py->cycle_frame;
 	if (!cyc) {
@@ -951,6 +952,10 @@ static __always_inline void count_cycle(struct tstate_cache *tc, struct sp_py *p
 	__u32 b = tc->cyc_bits;
 	__u32 ph = py->phase;
 	if (!(b & SP_CYC_IN) || cyc != tc->cyc_frame || (start && ph == start && (b & SP_CYC_SAW_AFTER))) {
+		if ((cflags & SP_CYCCFG_AT_START) && ph != start) {
+			tc->cyc_bits = 0; /* before the call's first start phase: outside */
+			return;
+		}
 		tc->cyc_no++;
 		if (!tc->cyc_no) /* 0 means unknown */
 			tc->cyc_no = 1;
@@ -1106,7 +1111,7 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid, __u32 
 	py->flags = flags;
 	py->cycle_no = 0;
 	if (!all && tc && !(flags & SP_PY_UNKNOWN))
-		count_cycle(tc, py, cfg->cycle_start, pid, tid);
+		count_cycle(tc, py, cfg->cycle_start, cfg->cycle_flags, pid, tid);
 	return 0;
 }
 
