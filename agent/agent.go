@@ -99,6 +99,9 @@ type Event struct {
 	API      string
 	Phase    string
 	Cycle    int // 1-based cycle number of the thread, 0 outside cycles
+	// CycleTID, when not 0, is the thread whose cycle Cycle is: a late wait
+	// (phase.Cycle.LatePhases) on one thread for another thread's cycle.
+	CycleTID int
 	Stream   uint64
 	Handle   uint64
 	Bytes    int64 // collectives and copies
