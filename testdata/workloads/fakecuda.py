@@ -212,6 +212,8 @@ class Cuda(object):
         self._cuStreamCreate = bind("cuStreamCreate", P(c_void_p), c_uint)
         self._cuMemAlloc_v2 = bind("cuMemAlloc_v2", P(c_ulonglong), c_size_t)
         self._cuMemcpyHtoD_v2 = bind("cuMemcpyHtoD_v2", c_ulonglong, c_void_p, c_size_t)
+        self._cuMemcpyHtoDAsync_v2 = bind(
+            "cuMemcpyHtoDAsync_v2", c_ulonglong, c_void_p, c_size_t, c_void_p)
         self._cuMemcpyDtoH_v2 = bind("cuMemcpyDtoH_v2", c_void_p, c_ulonglong, c_size_t)
         self._cuMemcpyDtoHAsync_v2 = bind(
             "cuMemcpyDtoHAsync_v2", c_void_p, c_ulonglong, c_size_t, c_void_p)
@@ -337,20 +339,30 @@ class Cuda(object):
         self._check("cuMemAlloc_v2", self._cuMemAlloc_v2(byref(d), nbytes))
         return d.value
 
-    def htod(self, dptr, data):
-        """Synchronous host-to-device copy of `data` (bytes, bytearray or a ctypes object)."""
-        if self.wrap is None:
-            return self._htod(dptr, data)
-        return self.wrap(self._htod, dptr, data)
+    def htod(self, dptr, data, stream=None, sync=True):
+        """Host-to-device copy of `data` (bytes, bytearray or a ctypes object).
 
-    def _htod(self, dptr, data):
+        stream None: cuMemcpyHtoD_v2 (synchronous). Otherwise cuMemcpyHtoDAsync_v2 on `stream`,
+        followed by cuStreamSynchronize when sync (what torch does for a copy from pageable host
+        memory, e.g. torch.tensor(x, device="cuda")).
+        """
+        if self.wrap is None:
+            return self._htod(dptr, data, stream, sync)
+        return self.wrap(self._htod, dptr, data, stream, sync)
+
+    def _htod(self, dptr, data, stream=None, sync=True):
         if isinstance(data, (bytes, bytearray)):
             buf = ctypes.create_string_buffer(bytes(data), len(data))
             n = len(data)
         else:
             buf = data
             n = ctypes.sizeof(data)
-        self._check("cuMemcpyHtoD_v2", self._cuMemcpyHtoD_v2(dptr, byref(buf), n))
+        if stream is None:
+            self._check("cuMemcpyHtoD_v2", self._cuMemcpyHtoD_v2(dptr, byref(buf), n))
+            return
+        self._check("cuMemcpyHtoDAsync_v2", self._cuMemcpyHtoDAsync_v2(dptr, byref(buf), n, stream))
+        if sync:
+            self._check("cuStreamSynchronize", self._cuStreamSynchronize(stream))
 
     def dtoh(self, dst, dptr, stream=None, sync=True):
         """Device-to-host copy into `dst` (a ctypes object or a bytearray).
