@@ -228,10 +228,10 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			fmt.Fprintln(w)
 		}
 	}
-	if g := r.GPUReceiver; g != nil && g.Rejected+g.Malformed+g.NamesNotKept > 0 {
-		fmt.Fprintf(w, "CUPTI socket: %d connections accepted, %d rejected (not traced %d, pid mismatch %d, over limit %d, no HELLO in time %d, bad HELLO %d, peer unknown %d; at most %d held at once); malformed records %d (bad length %d, unknown type %d, short %d, truncated %d, bad name %d, extra HELLO %d); kernel names not kept %d\n",
+	if g := r.GPUReceiver; g != nil && g.Rejected+g.Malformed+g.NamesNotKept+g.TidsUnmapped > 0 {
+		fmt.Fprintf(w, "CUPTI socket: %d connections accepted, %d rejected (not traced %d, pid mismatch %d, over limit %d, no HELLO in time %d, bad HELLO %d, peer unknown %d; at most %d held at once); malformed records %d (bad length %d, unknown type %d, short %d, truncated %d, bad name %d, extra HELLO %d); kernel names not kept %d; container thread ids not mapped to host ids %d\n",
 			g.Accepted, g.Rejected, g.NotTraced, g.PidMismatch, g.OverLimit, g.NoHello, g.BadHello, g.PeerUnknown, g.PeakOpen,
-			g.Malformed, g.BadLength, g.UnknownType, g.Short, g.Truncated, g.BadName, g.ExtraHello, g.NamesNotKept)
+			g.Malformed, g.BadLength, g.UnknownType, g.Short, g.Truncated, g.BadName, g.ExtraHello, g.NamesNotKept, g.TidsUnmapped)
 	}
 	for _, e := range r.Exports {
 		if e.Dropped+e.Failed+e.Unsent > 0 && !e.OwnLine {
