@@ -74,7 +74,19 @@ func TestPIDNamespace(t *testing.T) {
 						}
 					}
 					rep := readReport(t, dir)
-					target := pidnsTarget(t, &rep, work)
+					target, ids := pidnsTarget(t, &rep, work)
+					// The report names the host's ids and, beside them, the namespace's.
+					if target.NSPID != 1 {
+						t.Errorf("pid %d: pid_in_namespace %d, want 1", target.PID, target.NSPID)
+					}
+					for _, th := range target.Threads {
+						if th.Calls == 0 {
+							continue // a thread seen only by the CPU sampler may have started after the map was made
+						}
+						if th.NSTID == 0 || ids["tid:"+itoa(th.NSTID)] != th.TID {
+							t.Errorf("pid %d tid %d: tid_in_namespace %d; the thread's NSpid map is %v", target.PID, th.TID, th.NSTID, ids)
+						}
+					}
 					wantLib := filepath.Join(std, "libcuda.so.1")
 					if libs == "private" {
 						wantLib = filepath.Join(nsLib, "libcuda.so.1")
@@ -372,9 +384,10 @@ func nsLast(t *testing.T, status string) [2]int {
 	return [2]int{}
 }
 
-// pidnsTarget returns the workload's process in rep and writes truth.host.jsonl: the truth with
-// its pid and tid fields (the namespace's ids) replaced by the host's.
-func pidnsTarget(t *testing.T, rep *agent.Report, dir string) *agent.ProcessReport {
+// pidnsTarget returns the workload's process in rep and the map of its ids pidnsRelease wrote,
+// and writes truth.host.jsonl: the truth with its pid and tid fields (the namespace's ids)
+// replaced by the host's.
+func pidnsTarget(t *testing.T, rep *agent.Report, dir string) (*agent.ProcessReport, map[string]int) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "start.ids"))
 	if err != nil {
@@ -423,7 +436,7 @@ func pidnsTarget(t *testing.T, rep *agent.Report, dir string) *agent.ProcessRepo
 	if err := os.WriteFile(filepath.Join(dir, "truth.host.jsonl"), out.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return target
+	return target, ids
 }
 
 // pidnsGateTime is when pidnsRelease started the workload.

@@ -108,7 +108,11 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 		}
 	}
 	for _, p := range r.Processes {
-		fmt.Fprintf(w, "\npid %d  %s\n", p.PID, trim(p.Cmdline, 100))
+		if p.NSPID != 0 {
+			fmt.Fprintf(w, "\npid %d (%d in its pid namespace)  %s\n", p.PID, p.NSPID, trim(p.Cmdline, 100))
+		} else {
+			fmt.Fprintf(w, "\npid %d  %s\n", p.PID, trim(p.Cmdline, 100))
+		}
 		if p.Python != "" {
 			fmt.Fprintf(w, "  python %s; libraries: %s\n", p.Python, strings.Join(p.Libraries, ", "))
 		}
@@ -161,7 +165,11 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			fmt.Fprintf(w, "  problem: %s\n", pr)
 		}
 		for _, t := range p.Threads {
-			fmt.Fprintf(w, "  tid %d: %d calls, %d cycles", t.TID, t.Calls, t.Cycles)
+			fmt.Fprintf(w, "  tid %d", t.TID)
+			if t.NSTID != 0 {
+				fmt.Fprintf(w, " (%d in its namespace)", t.NSTID)
+			}
+			fmt.Fprintf(w, ": %d calls, %d cycles", t.Calls, t.Cycles)
 			if t.GPUPartial > 0 {
 				fmt.Fprintf(w, " (%d begun before the CUPTI library connected: CPU figures only)", t.GPUPartial)
 			}
