@@ -382,6 +382,9 @@ func (a *Agent) proc(pid int) *process {
 		p = &process{pid: pid, classes: map[uint64]phase.Class{}, threads: map[int]*thread{}, libs: map[string]bool{},
 			rep: &ProcessReport{PID: pid, Start: time.Now()}}
 		p.rep.Cmdline, _ = proc.Cmdline(pid)
+		if own, err := proc.OwnNamespaceID(pid, pid); err == nil && own != pid {
+			p.rep.NSPID = own
+		}
 		a.procs[pid] = p
 	}
 	return p

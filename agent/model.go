@@ -110,7 +110,12 @@ func (w *Window) Cycles() int { return w.LastCycle - w.FirstCycle + 1 }
 
 // ThreadReport is the whole-run aggregate of one thread.
 type ThreadReport struct {
+	// TID is the thread's id on the host (in the agent's pid namespace), as
+	// in the events, the traces and the profiles; NSTID is its id in the
+	// process's own pid namespace (a container's), what the process's logs
+	// and tools inside the container show, when that differs (0 otherwise).
 	TID      int           `json:"tid"`
+	NSTID    int           `json:"tid_in_namespace,omitempty"`
 	Cycles   int           `json:"cycles"`
 	CycleNs  int64         `json:"cycle_ns"`
 	GPU      bool          `json:"gpu"`     // GPU fields are filled
@@ -146,7 +151,11 @@ type ThreadReport struct {
 
 // ProcessReport describes one traced process.
 type ProcessReport struct {
+	// PID is the host's id of the process (the agent's pid namespace), as
+	// in the events, traces and profiles; NSPID the id it has in its own
+	// pid namespace (inside a container, often 1), when that differs.
 	PID       int             `json:"pid"`
+	NSPID     int             `json:"pid_in_namespace,omitempty"`
 	Cmdline   string          `json:"cmdline"`
 	Python    string          `json:"python,omitempty"`
 	Libraries []string        `json:"libraries"`

@@ -295,6 +295,8 @@ type specprofTstateCache struct {
 	CycNo     uint32
 	CycFrame  uint64
 	CycBits   uint32
+	NsHost    uint32
+	NsTid     uint32
 	Pad       uint32
 }
 

@@ -17,9 +17,20 @@
 #define PT_REGS_PARM6(x) ((x)->r9)
 #endif
 
+/* Only what the programs read; CO-RE relocates the offsets. */
+struct upid {
+	int nr;
+} __attribute__((preserve_access_index));
+
+struct pid {
+	unsigned int level;
+	struct upid numbers[1];
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int pid;
 	int tgid;
+	struct pid *thread_pid;
 } __attribute__((preserve_access_index));
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -341,6 +352,9 @@ struct tstate_cache {
 	__u32 cyc_no;
 	__u64 cyc_frame;
 	__u32 cyc_bits;
+	/* own_ns_tid's answer for the task while its host tid is ns_host. */
+	__u32 ns_host;
+	__u32 ns_tid;
 	__u32 _pad;
 };
 
@@ -356,6 +370,44 @@ struct {
 	__type(key, int);
 	__type(value, struct tstate_cache);
 } tstates SEC(".maps");
+
+/* Deepest pid namespace level walked (the kernel's MAX_PID_NS_LEVEL). */
+#define SP_MAX_PID_NS_LEVEL 32
+
+/* The calling thread's id in its own pid namespace: what gettid() returns
+ * there, so what CPython stores as PyThreadState.native_thread_id and glibc
+ * as struct pthread's tid. bpf_get_current_pid_tgid gives the id in the
+ * initial namespace, which differs for a target in a container (docker,
+ * Kubernetes, unshare -p). The id the task's struct pid holds at its own
+ * level (pid->numbers[pid->level]) is the one its namespace sees. The answer
+ * is kept in the task's cache, keyed by the host tid (an exec by a thread
+ * other than the leader gives the task the leader's ids). */
+static __always_inline __u32 own_ns_tid(struct tstate_cache *tc, __u32 tid)
+{
+	if (tc && tc->ns_host == tid && tc->ns_tid)
+		return tc->ns_tid;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct pid *p = BPF_CORE_READ(task, thread_pid);
+	if (!p)
+		return tid;
+	unsigned int level = BPF_CORE_READ(p, level);
+	__u32 nr = tid;
+	if (level) {
+		if (level > SP_MAX_PID_NS_LEVEL)
+			return tid;
+		__u64 at = (__u64)p + bpf_core_field_offset(struct pid, numbers) +
+			   (__u64)level * bpf_core_type_size(struct upid) + bpf_core_field_offset(struct upid, nr);
+		int v = 0;
+		if (bpf_probe_read_kernel(&v, sizeof(v), (void *)at) || v <= 0)
+			return tid;
+		nr = v;
+	}
+	if (tc) {
+		tc->ns_host = tid;
+		tc->ns_tid = nr;
+	}
+	return nr;
+}
 
 /* Finds the calling thread's PyThreadState and its innermost frame pointer
  * (before the cframe hop). Returns 0 without a thread state, -1 when the
@@ -1014,7 +1066,7 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid, __u32 
 	__u64 f = 0;
 	struct tstate_cache *tc = bpf_task_storage_get(&tstates, bpf_get_current_task_btf(), 0,
 						       BPF_LOCAL_STORAGE_GET_F_CREATE);
-	int found = find_frame(cfg, w, tc, tid, &f);
+	int found = find_frame(cfg, w, tc, own_ns_tid(tc, tid), &f);
 	if (!found) {
 		py->flags = SP_PY_NO_TSTATE;
 		return 0;

@@ -147,7 +147,11 @@ func WriteReport(out io.Writer, r *agent.Report, lay Layout) error {
 		}
 	}
 	for _, p := range r.Processes {
-		fmt.Fprintf(w, "\npid %d  %s\n", p.PID, trim(p.Cmdline, 100))
+		if p.NSPID != 0 {
+			fmt.Fprintf(w, "\npid %d (%d in its pid namespace)  %s\n", p.PID, p.NSPID, trim(p.Cmdline, 100))
+		} else {
+			fmt.Fprintf(w, "\npid %d  %s\n", p.PID, trim(p.Cmdline, 100))
+		}
 		if p.Python != "" {
 			fmt.Fprintf(w, "  python %s; libraries: %s\n", p.Python, strings.Join(p.Libraries, ", "))
 		}
@@ -200,7 +204,11 @@ func WriteReport(out io.Writer, r *agent.Report, lay Layout) error {
 			fmt.Fprintf(w, "  problem: %s\n", pr)
 		}
 		for _, t := range p.Threads {
-			fmt.Fprintf(w, "  tid %d: %d calls, %d cycles", t.TID, t.Calls, t.Cycles)
+			fmt.Fprintf(w, "  tid %d", t.TID)
+			if t.NSTID != 0 {
+				fmt.Fprintf(w, " (%d in its namespace)", t.NSTID)
+			}
+			fmt.Fprintf(w, ": %d calls, %d cycles", t.Calls, t.Cycles)
 			if t.GPUPartial > 0 {
 				fmt.Fprintf(w, " (%d begun before the CUPTI library connected: CPU figures only)", t.GPUPartial)
 			}
@@ -270,10 +278,10 @@ func WriteReport(out io.Writer, r *agent.Report, lay Layout) error {
 			fmt.Fprintln(w)
 		}
 	}
-	if g := r.GPUReceiver; g != nil && g.Rejected+g.Malformed+g.NamesNotKept > 0 {
-		fmt.Fprintf(w, "CUPTI socket: %d connections accepted, %d rejected (not traced %d, pid mismatch %d, over limit %d, no HELLO in time %d, bad HELLO %d, peer unknown %d; at most %d held at once); malformed records %d (bad length %d, unknown type %d, short %d, truncated %d, bad name %d, extra HELLO %d); kernel names not kept %d\n",
+	if g := r.GPUReceiver; g != nil && g.Rejected+g.Malformed+g.NamesNotKept+g.TidsUnmapped > 0 {
+		fmt.Fprintf(w, "CUPTI socket: %d connections accepted, %d rejected (not traced %d, pid mismatch %d, over limit %d, no HELLO in time %d, bad HELLO %d, peer unknown %d; at most %d held at once); malformed records %d (bad length %d, unknown type %d, short %d, truncated %d, bad name %d, extra HELLO %d); kernel names not kept %d; container thread ids not mapped to host ids %d\n",
 			g.Accepted, g.Rejected, g.NotTraced, g.PidMismatch, g.OverLimit, g.NoHello, g.BadHello, g.PeerUnknown, g.PeakOpen,
-			g.Malformed, g.BadLength, g.UnknownType, g.Short, g.Truncated, g.BadName, g.ExtraHello, g.NamesNotKept)
+			g.Malformed, g.BadLength, g.UnknownType, g.Short, g.Truncated, g.BadName, g.ExtraHello, g.NamesNotKept, g.TidsUnmapped)
 	}
 	for _, e := range r.Exports {
 		if e.Dropped+e.Failed+e.Unsent > 0 && !e.OwnLine {
