@@ -43,9 +43,9 @@ func (a *Agent) newJoiner() error {
 // joinLaunch hands a call that makes GPU work to the joiner, when the
 // process's CUPTI library is connected.
 func (a *Agent) joinLaunch(p *process, t *thread, e *bpf.APIEvent, ph uint16) {
-	switch e.API {
-	case bpf.APILaunchKernel, bpf.APILaunchKernelEx, bpf.APIGraphLaunch, bpf.APIMemcpyDtoH, bpf.APIMemcpyDtoHAsync:
-	default:
+	// Copies and sets join as launches do: CUPTI's memcpy / memset records
+	// carry their call's correlation id, as kernels carry theirs.
+	if !e.API.IsLaunch() && !e.API.IsCopy() {
 		return
 	}
 	if a.joiner == nil || !a.gpu.connected(p.pid) {
