@@ -49,6 +49,8 @@ type PhaseStats struct {
 	GPUMemcpys     int64 `json:"gpu_memcpys,omitempty"`      // copies
 	GPUMemcpyBytes int64 `json:"gpu_memcpy_bytes,omitempty"` //
 	GPUMemcpyNs    int64 `json:"gpu_memcpy_ns,omitempty"`    //
+	GPUMemsets     int64 `json:"gpu_memsets,omitempty"`      // memory sets
+	GPUMemsetBytes int64 `json:"gpu_memset_bytes,omitempty"` //
 	// GPUActiveNs is GPU busy time with copies and sets, plus the GPU's
 	// hand-over gaps between work that was queued before its predecessor
 	// on the stream ended; time a stream waited for the CPU to launch is
@@ -296,6 +298,8 @@ func (s *PhaseStats) addGPU(o *PhaseStats) {
 	s.GPUMemcpys += o.GPUMemcpys
 	s.GPUMemcpyBytes += o.GPUMemcpyBytes
 	s.GPUMemcpyNs += o.GPUMemcpyNs
+	s.GPUMemsets += o.GPUMemsets
+	s.GPUMemsetBytes += o.GPUMemsetBytes
 	s.GPUActiveNs += o.GPUActiveNs
 	s.GPUElapsedNs += o.GPUElapsedNs
 	s.GPUHostGapNs += o.GPUHostGapNs
