@@ -83,7 +83,7 @@ var Hooks = []Hook{
 	// Copies with host memory on one side block the CPU when it is pageable
 	// (torch's .tolist() / .item() / .cpu() wait inside the copy, not in the
 	// stream synchronisation after it): timed as sync wait, and joined as
-	// launches. Survey of the real driver: docs/benchmarks/h200.md §18.
+	// launches. Survey of the real driver: docs/benchmarks/h200.md §23.
 	{APIMemcpyDtoHAsync, "cuMemcpyDtoHAsync", LibCUDA, "sp_memcpy_dtoh_async", "sp_memcpy_dtoh_async_ret", []string{"cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz"}},
 	{APIMemcpyHtoD, "cuMemcpyHtoD", LibCUDA, "sp_memcpy_htod", "sp_memcpy_htod_ret", []string{"cuMemcpyHtoD", "cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds"}},
 	{APIMemcpyHtoDAsync, "cuMemcpyHtoDAsync", LibCUDA, "sp_memcpy_htod_async", "sp_memcpy_htod_async_ret", []string{"cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz"}},

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Sync wait in copies, and copies/sets as launches (h200.md §18), in one device call from the
+# Sync wait in copies, and copies/sets as launches (h200.md §23), in one device call from the
 # repository root, as root. Needs build/specprof, build/libspecprof_cupti.so, build/apisurvey.
 # PART=survey: the driver entry points of torch's copies, sets and syncs (bench/gpu/apisurvey):
 #   every matching libcuda export, entry + return probes; then CUPTI's view (torch.profiler).
