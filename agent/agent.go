@@ -95,7 +95,7 @@ type Options struct {
 type Event struct {
 	PID, TID int
 	Ktime    uint64
-	Kind     string // launch, sync, coll, capture, mark
+	Kind     string // launch, sync, sync_exit, copy (device-side copy or set), coll, capture, mark
 	API      string
 	Phase    string
 	Cycle    int // 1-based cycle number of the thread, 0 outside cycles

@@ -208,6 +208,7 @@ func (cc *closedCycle) stripGPU() {
 	for _, st := range cc.phases {
 		st.GPUCycles, st.GPUKernels, st.GPUBusyNs, st.GPUSpanNs, st.GPUKernelNs = 0, 0, 0, 0, 0
 		st.GPUMemcpys, st.GPUMemcpyBytes, st.GPUMemcpyNs, st.CollGPUNs = 0, 0, 0, 0
+		st.GPUMemsets, st.GPUMemsetBytes = 0, 0
 		st.GPUGraphs, st.GPUGraphNs, st.GPUActiveNs, st.GPUElapsedNs = 0, 0, 0, 0
 		st.GPUHostGapNs, st.gpuFirst, st.gpuLast = 0, 0, 0
 	}

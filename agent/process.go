@@ -405,7 +405,7 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 		acc.Syncs++
 		site := a.site(p, e)
 		ev.Site = site
-		if e.API == bpf.APIMemcpyDtoH {
+		if e.API.IsCopy() {
 			ev.Bytes = int64(e.Arg0)
 		}
 		ps := pendingSync{api: e.API, ktime: e.Ktime, phase: ph, site: site, bytes: ev.Bytes}
@@ -427,7 +427,15 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 			acc.Markers++
 		}
 	default:
-		acc.Markers++
+		if e.API.IsCopy() {
+			acc.Copies++
+			ev.Kind = "copy"
+			if !e.API.IsMemset() {
+				ev.Bytes = int64(e.Arg0)
+			}
+		} else {
+			acc.Markers++
+		}
 	}
 	if a.opts.OnEvent != nil {
 		a.opts.OnEvent(&ev)

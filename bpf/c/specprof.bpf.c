@@ -1323,6 +1323,12 @@ SYNC_ENTRY(sp_event_sync, SP_API_EVENT_SYNC, PT_REGS_PARM1(ctx), 0, 0)
 SYNC_ENTRY(sp_ctx_sync, SP_API_CTX_SYNC, 0, 0, 0)
 /* CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) */
 SYNC_ENTRY(sp_memcpy_dtoh, SP_API_MEMCPY_DTOH, 0, 0, PT_REGS_PARM3(ctx))
+/* Copies that can block: (dst, src, bytes[, stream]); arg0 = bytes. */
+SYNC_ENTRY(sp_memcpy_dtoh_async, SP_API_MEMCPY_DTOH_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx))
+SYNC_ENTRY(sp_memcpy_htod, SP_API_MEMCPY_HTOD, 0, 0, PT_REGS_PARM3(ctx))
+SYNC_ENTRY(sp_memcpy_htod_async, SP_API_MEMCPY_HTOD_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx))
+SYNC_ENTRY(sp_memcpy, SP_API_MEMCPY, 0, 0, PT_REGS_PARM3(ctx))
+SYNC_ENTRY(sp_memcpy_async, SP_API_MEMCPY_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx))
 
 static __always_inline int sync_exit(struct pt_regs *ctx, __u32 api)
 {
@@ -1347,6 +1353,11 @@ SEC("uretprobe") int sp_stream_sync_ret(struct pt_regs *ctx) { return sync_exit(
 SEC("uretprobe") int sp_event_sync_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_EVENT_SYNC); }
 SEC("uretprobe") int sp_ctx_sync_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_CTX_SYNC); }
 SEC("uretprobe") int sp_memcpy_dtoh_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY_DTOH); }
+SEC("uretprobe") int sp_memcpy_dtoh_async_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY_DTOH_ASYNC); }
+SEC("uretprobe") int sp_memcpy_htod_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY_HTOD); }
+SEC("uretprobe") int sp_memcpy_htod_async_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY_HTOD_ASYNC); }
+SEC("uretprobe") int sp_memcpy_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY); }
+SEC("uretprobe") int sp_memcpy_async_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY_ASYNC); }
 
 #define SIMPLE(prog, type, apiid, handle_expr, stream_expr, arg0_expr, arg1_expr) \
 	SEC("uprobe") int prog(struct pt_regs *ctx)                               \
@@ -1361,8 +1372,13 @@ SEC("uretprobe") int sp_memcpy_dtoh_ret(struct pt_regs *ctx) { return sync_exit(
 		return submit(full);                                              \
 	}
 
-/* cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, CUstream) */
-SIMPLE(sp_memcpy_dtoh_async, SP_EV_MARK, SP_API_MEMCPY_DTOH_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx), 0)
+/* Copies and sets that do not block: launches of their phase (SP_EV_MARK, counted as
+ * copies). cuMemcpyDtoDAsync_v2(dst, src, bytes, CUstream): arg0 = bytes;
+ * cuMemsetD8Async(dst, value, count, CUstream): arg0 = elements. */
+SIMPLE(sp_memcpy_dtod_async, SP_EV_MARK, SP_API_MEMCPY_DTOD_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx), 0)
+SIMPLE(sp_memset_async, SP_EV_MARK, SP_API_MEMSET_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx), 0)
+SIMPLE(sp_memcpy_dtod, SP_EV_MARK, SP_API_MEMCPY_DTOD, 0, 0, PT_REGS_PARM3(ctx), 0)
+SIMPLE(sp_memset, SP_EV_MARK, SP_API_MEMSET, 0, 0, PT_REGS_PARM3(ctx), 0)
 /* cuEventRecord(CUevent, CUstream) */
 SIMPLE(sp_event_record, SP_EV_MARK, SP_API_EVENT_RECORD, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0, 0)
 /* cuStreamWaitEvent(CUstream, CUevent, flags) */

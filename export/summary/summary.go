@@ -238,7 +238,7 @@ func WriteReport(out io.Writer, r *agent.Report, lay Layout) error {
 			if len(t.Outside) > 0 {
 				fmt.Fprintf(w, "  outside cycles (totals):")
 				for _, s := range t.Outside {
-					fmt.Fprintf(w, " %s=%d calls", s.Phase, s.Launches+s.Syncs+s.Colls+s.Markers)
+					fmt.Fprintf(w, " %s=%d calls", s.Phase, s.Launches+s.Copies+s.Syncs+s.Colls+s.Markers)
 					if s.CPUSamples > 0 {
 						fmt.Fprintf(w, "/%s ms cpu", ms(float64(s.CPUNs)))
 					}

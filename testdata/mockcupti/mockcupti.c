@@ -419,6 +419,10 @@ static const struct {
     {"cuDevicePrimaryCtxRelease_v2", 544}, {"cuGraphInstantiate_v2", 578}, {"cuEventRecordWithFlags", 587},
     {"cuGetProcAddress", 626}, {"cuGraphInstantiateWithFlags", 643}, {"cuLaunchKernelEx", 652},
     {"cuLaunchKernelEx_ptsz", 653}, {"cuGetProcAddress_v2", 677}, {"cuCtxSynchronize_v2", 800},
+    /* copies and sets (h200.md §23) */
+    {"cuMemsetD8Async", 216}, {"cuMemsetD32Async", 220}, {"cuMemcpyDtoD_v2", 280}, {"cuMemcpyDtoDAsync_v2", 281},
+    {"cuMemcpy", 305}, {"cuMemcpyAsync", 306}, {"cuMemcpyAsync_ptsz", 418}, {"cuMemcpyHtoDAsync_v2_ptsz", 421},
+    {"cuMemcpyDtoDAsync_v2_ptsz", 423}, {"cuMemsetD8Async_ptsz", 428}, {"cuMemsetD32Async_ptsz", 430},
 };
 
 /* CUPTI_RUNTIME_TRACE_CBID_* of the stand-in runtime's calls. */

@@ -217,6 +217,12 @@ class Cuda(object):
         self._cuMemcpyDtoH_v2 = bind("cuMemcpyDtoH_v2", c_void_p, c_ulonglong, c_size_t)
         self._cuMemcpyDtoHAsync_v2 = bind(
             "cuMemcpyDtoHAsync_v2", c_void_p, c_ulonglong, c_size_t, c_void_p)
+        self._cuMemcpyAsync = bind("cuMemcpyAsync", c_ulonglong, c_ulonglong, c_size_t, c_void_p)
+        self._cuMemcpyHtoDAsync_v2 = bind(
+            "cuMemcpyHtoDAsync_v2", c_ulonglong, c_void_p, c_size_t, c_void_p)
+        self._cuMemcpyDtoDAsync_v2 = bind(
+            "cuMemcpyDtoDAsync_v2", c_ulonglong, c_ulonglong, c_size_t, c_void_p)
+        self._cuMemsetD32Async = bind("cuMemsetD32Async", c_ulonglong, c_uint, c_size_t, c_void_p)
         self._cuStreamSynchronize = bind("cuStreamSynchronize", c_void_p)
         self._cuEventCreate = bind("cuEventCreate", P(c_void_p), c_uint)
         self._cuEventRecord = bind("cuEventRecord", c_void_p, c_void_p)
@@ -364,18 +370,37 @@ class Cuda(object):
         if sync:
             self._check("cuStreamSynchronize", self._cuStreamSynchronize(stream))
 
-    def dtoh(self, dst, dptr, stream=None, sync=True):
+    def htod_async(self, dptr, data, stream):
+        """cuMemcpyHtoDAsync_v2 of `data` (a ctypes object) on `stream`: with pageable memory it
+        returns once the source is staged, without waiting for the GPU (torch's
+        .to('cuda', non_blocking=True) of a CPU tensor)."""
+        self._check("cuMemcpyHtoDAsync_v2",
+                    self._cuMemcpyHtoDAsync_v2(dptr, byref(data), ctypes.sizeof(data), stream))
+
+    def dtod_async(self, dst, src, nbytes, stream):
+        """cuMemcpyDtoDAsync_v2 on `stream` (torch's copy_ between device tensors, e.g. into a
+        CUDA graph's static input buffers): never blocks."""
+        self._check("cuMemcpyDtoDAsync_v2", self._cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream))
+
+    def memset_d32_async(self, dptr, value, count, stream):
+        """cuMemsetD32Async on `stream` (torch's fill_ / zero_ of a buffer): never blocks."""
+        self._check("cuMemsetD32Async", self._cuMemsetD32Async(dptr, value, count, stream))
+
+    def dtoh(self, dst, dptr, stream=None, sync=True, generic=False):
         """Device-to-host copy into `dst` (a ctypes object or a bytearray).
 
         stream None: cuMemcpyDtoH_v2 (synchronous, legacy stream: the CPU blocks until the copy,
         and everything queued before it there, is done). Otherwise cuMemcpyDtoHAsync_v2 on
         `stream`, followed by cuStreamSynchronize when sync (what torch's .tolist() does).
+        With generic, the async copy is cuMemcpyAsync (unified addressing: what torch's
+        cudaMemcpyAsync makes). Host memory here is pageable: the async copy itself returns only
+        once the copy is done, and the synchronisation after it finds the stream idle.
         """
         if self.wrap is None:
-            return self._dtoh(dst, dptr, stream, sync)
-        return self.wrap(self._dtoh, dst, dptr, stream, sync)
+            return self._dtoh(dst, dptr, stream, sync, generic)
+        return self.wrap(self._dtoh, dst, dptr, stream, sync, generic)
 
-    def _dtoh(self, dst, dptr, stream, sync):
+    def _dtoh(self, dst, dptr, stream, sync, generic=False):
         if isinstance(dst, bytearray):
             buf = (ctypes.c_char * len(dst)).from_buffer(dst)
         else:
@@ -384,7 +409,10 @@ class Cuda(object):
         if stream is None:
             self._check("cuMemcpyDtoH_v2", self._cuMemcpyDtoH_v2(byref(buf), dptr, n))
             return
-        self._check("cuMemcpyDtoHAsync_v2", self._cuMemcpyDtoHAsync_v2(byref(buf), dptr, n, stream))
+        if generic:
+            self._check("cuMemcpyAsync", self._cuMemcpyAsync(ctypes.addressof(buf), dptr, n, stream))
+        else:
+            self._check("cuMemcpyDtoHAsync_v2", self._cuMemcpyDtoHAsync_v2(byref(buf), dptr, n, stream))
         if sync:
             self._check("cuStreamSynchronize", self._cuStreamSynchronize(stream))
 
