@@ -242,8 +242,9 @@ type Loss struct {
 	GPUStreamInversions uint64 `json:"gpu_records_out_of_stream_order"`
 	// APIDuplicates counts CUPTI API records whose correlation id an earlier
 	// record of the process already had: ignored, as the GPU work carrying
-	// that id cannot be told apart. CUPTI 13.0 gave every later call one id
-	// after its API kinds had been switched by duty windows (h200.md §16c).
+	// that id cannot be told apart. CUPTI 13.0 gives every later call one id
+	// after its API kinds have been switched by duty windows
+	// (docs/overhead.md, known hazards).
 	APIDuplicates uint64 `json:"api_records_duplicated"`
 }
 

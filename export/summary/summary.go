@@ -355,8 +355,7 @@ func WriteJSON(w io.Writer, r *agent.Report) error {
 // windowVsCycle returns the mean length of a process's tracing windows and
 // the mean cycle of its busiest thread (ns; 0 when unknown). A cycle counts
 // as traced only when it lies wholly inside a window, so windows that are
-// not several cycles long leave most cycles without GPU figures (on the H200,
-// 100 ms windows over HF's 110 ms cycles traced 2 to 4 cycles of 91).
+// not several cycles long leave most cycles without GPU figures.
 func windowVsCycle(d *agent.DutyStats, threads []*agent.ThreadReport) (win, cyc float64) {
 	if d.Windows == 0 {
 		return 0, 0

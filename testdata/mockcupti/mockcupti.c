@@ -48,8 +48,8 @@
  *   SPECPROF_MOCK_CUPTI_STUCK_CORR=1  once the DRIVER kind is enabled a second time (a duty window
  *                                   opening again), every later correlation id, in records and
  *                                   callbacks alike, is the next driver call's: what CUPTI 13.0
- *                                   did on the H200 after its API kinds were switched by windows
- *                                   (docs/benchmarks/h200.md §16c)
+ *                                   did after its API kinds were switched by windows
+ *                                   (docs/overhead.md, known hazards)
  *   SPECPROF_MOCK_CUPTI_SWITCH_DELAY_US=n  cuptiActivityEnable/Disable return n µs after switching
  *                                   their kind: the switching thread preempted between two kinds,
  *                                   while other threads' calls go on
