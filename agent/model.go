@@ -157,6 +157,10 @@ type ProcessReport struct {
 	GPU       *GPUStats       `json:"gpu,omitempty"` // from the injected CUPTI library
 	// Duty describes duty-cycled GPU tracing, when it was on.
 	Duty *DutyStats `json:"gpu_duty,omitempty"`
+	// Version compares the server version installed for this process
+	// with the versions the preset was checked against, when the preset
+	// names them (checked_against) and the process ran Python code.
+	Version *VersionCheck `json:"server_version,omitempty"`
 }
 
 // Loss counts everything that was dropped or could not be attributed.

@@ -33,6 +33,7 @@ type process struct {
 	exited   bool
 	probs    map[string]bool
 	smp      *procSamples // CPU sampler state (sampler.go)
+	dist     *distState   // the server's installed version (distinfo.go)
 
 	// Cycle timelines (cycletrace.go).
 	frames      map[siteKey]Frame
@@ -240,6 +241,7 @@ func (a *Agent) classify(p *process, code uint64) phase.Class {
 		a.log.Debug("symbolize code object", "pid", p.pid, "addr", fmt.Sprintf("%#x", code), "err", err)
 		return phase.Class{}
 	}
+	a.noteModuleFile(p, c.Filename)
 	cls := p.matcher.Classify(phase.Frame{Qualname: c.Qualname, Name: c.Name, Filename: c.Filename, FirstLine: c.FirstLine})
 	p.classes[code] = cls
 	bc := bpf.CodeClass{Phase: cls.Phase, AltPhase: cls.AltPhase, Marker: cls.Marker, Cycle: cls.Cycle}
@@ -709,6 +711,7 @@ func (p *process) report(a *Agent) *ProcessReport {
 	r := *p.rep
 	r.Threads = nil
 	r.GPU = a.gpu.snapshot(p.pid)
+	r.Version = a.versionCheck(p)
 	if msg := r.GPU.libProblem(); msg != "" {
 		r.Problems = append(slices.Clip(r.Problems), msg)
 	}
