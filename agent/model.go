@@ -161,6 +161,10 @@ type ProcessReport struct {
 	// with the versions the preset was checked against, when the preset
 	// names them (checked_against) and the process ran Python code.
 	Version *VersionCheck `json:"server_version,omitempty"`
+	// Attribution says how many of the process's launches, and how much
+	// of their GPU kernel time, the phase rules left in phase "other" or
+	// outside every cycle, and from which Python frames.
+	Attribution *Attribution `json:"attribution,omitempty"`
 }
 
 // Loss counts everything that was dropped or could not be attributed.

@@ -34,6 +34,8 @@ type process struct {
 	probs    map[string]bool
 	smp      *procSamples // CPU sampler state (sampler.go)
 	dist     *distState   // the server's installed version (distinfo.go)
+	attr     *attrState   // launches the rules did not attribute (attribution.go)
+	tree     *procTree    // the call tree of those launches (calltree.go)
 
 	// Cycle timelines (cycletrace.go).
 	frames      map[siteKey]Frame
@@ -176,6 +178,7 @@ func (a *Agent) resolve(p *process, e *bpf.APIEvent) (uint16, uint64) {
 		a.rep.Loss.Stale++
 		a.pr.ForgetCode(p.pid)
 		p.classes = map[uint64]phase.Class{}
+		p.forgetPublished()
 		return 0, 0
 	}
 	if py.Flags&bpf.PyUnknown == 0 || p.sym == nil {
@@ -251,7 +254,7 @@ func (a *Agent) classify(p *process, code uint64) phase.Class {
 			bc.Qualname = binary.LittleEndian.Uint64(b[:])
 		}
 	}
-	if err := a.pr.SetCodeClass(p.pid, code, bc); err != nil {
+	if err := a.publish(p, code, bc); err != nil {
 		p.problem(err.Error())
 	}
 	return cls
@@ -346,6 +349,7 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	}
 	switch e.Type {
 	case bpf.EvLaunch:
+		a.noteLaunch(p, t, e, ph)
 		acc.Launches++
 		if e.API == bpf.APIGraphLaunch {
 			acc.GraphLaunch++
@@ -712,6 +716,7 @@ func (p *process) report(a *Agent) *ProcessReport {
 	r.Threads = nil
 	r.GPU = a.gpu.snapshot(p.pid)
 	r.Version = a.versionCheck(p)
+	r.Attribution = p.attr.report(a.gpu.connected(p.pid))
 	if msg := r.GPU.libProblem(); msg != "" {
 		r.Problems = append(slices.Clip(r.Problems), msg)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/agent/calltree"
 	"github.com/specprof/specprof/agent/gpuinfo"
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/agent/specmetrics"
@@ -54,6 +55,7 @@ type sessionFlags struct {
 	windows  int
 	graphs   string
 	probes   string // --probe-duty
+	calltree bool
 }
 
 func (f *sessionFlags) register(c *cobra.Command) {
@@ -80,6 +82,7 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.graphs, "cupti-graphs", "node", "CUDA graph launches: 'node' records every kernel of a replay; 'graph' one record per replay (first node start to last node end; CUPTI's graph-level tracing), cheaper where graphs hold many kernels, with phase GPU figures per graph instead of per kernel")
 	fl.IntVar(&f.ranks, "collective-ranks", 0, "ranks per NCCL communicator, for bus bandwidth (default: the number of traced processes making collectives)")
 	fl.IntVar(&f.cpuHz, "cpu-hz", bpf.DefaultSampleHz, "sample the CPU of the target's threads this many times per second, with their Python stacks (0: off)")
+	fl.BoolVar(&f.calltree, "calltree", true, "record the Python stacks of the launches the phase rules leave in phase other or outside cycles into "+calltree.FileName+" in the output directory (what `specprof rules suggest` reads); while at least half of a process's launches are unattributed, the stack of every call is taken in 200 ms windows once a second (at most 30), which slows the calls then")
 	fl.StringVar(&f.spec, "spec-metrics", "log", "accept length and tok/s: 'log' (the target's Decode batch / SpecDecoding log lines; run only), a Prometheus URL (http://host:port/metrics), or 'off'")
 }
 
@@ -226,7 +229,7 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 	if f.ranks < 0 {
 		return nil, fmt.Errorf("--collective-ranks %d: must be 0 (count the traced processes) or more", f.ranks)
 	}
-	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log, CollectiveRanks: f.ranks,
+	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log, CollectiveRanks: f.ranks, CallTree: f.calltree,
 		ProbeOn: probeOn, ProbePeriod: probePeriod, GateHold: s.dev.gateHold}
 	if probePeriod != 0 && f.duty != "" {
 		opts.ProbeGPUWindows = f.windows
@@ -479,6 +482,13 @@ func (s *session) finish() error {
 	if repErr == nil {
 		fmt.Fprintf(s.out, "report: %s\n", path)
 	}
+	if s.flags.calltree {
+		if path, err := s.writeCallTree(); err != nil {
+			fmt.Fprintf(s.out, "specprof: %v\n", err)
+		} else if path != "" {
+			fmt.Fprintf(s.out, "call tree of unattributed launches: %s\n", path)
+		}
+	}
 	for _, d := range done {
 		for _, f := range d.files {
 			fmt.Fprintf(s.out, "wrote: %s\n", f)
@@ -501,6 +511,27 @@ func (s *session) writeReportJSON(r *agent.Report) (string, error) {
 		return "", err
 	}
 	if err := summary.WriteJSON(f, r); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("close %s: %w", f.Name(), err)
+	}
+	return f.Name(), nil
+}
+
+// writeCallTree writes the call tree of unattributed launches to
+// calltree.json in the output directory, when any was recorded.
+func (s *session) writeCallTree() (string, error) {
+	ct := s.ag.CallTree()
+	if len(ct.Processes) == 0 {
+		return "", nil
+	}
+	f, err := s.dir.create(calltree.FileName)
+	if err != nil {
+		return "", err
+	}
+	if err := calltree.Write(f, ct); err != nil {
 		f.Close()
 		return "", fmt.Errorf("write %s: %w", f.Name(), err)
 	}
