@@ -35,6 +35,10 @@ type Attribution struct {
 	// UnattributedLaunches were in phase "other" or outside every cycle
 	// (or both).
 	UnattributedLaunches int64 `json:"launches_unattributed"`
+	// LaunchesWithoutGPU were made before the process's CUPTI library
+	// connection was known (or with GPU records off): their kernel time is
+	// in none of the GPU figures.
+	LaunchesWithoutGPU int64 `json:"launches_without_gpu_records,omitempty"`
 	// GPU says whether GPU time is known (the process's CUPTI library
 	// connected); the GPU fields are zero otherwise.
 	GPU bool `json:"gpu"`
@@ -147,6 +151,9 @@ func (s *attrState) frame(f Frame) *FrameStats {
 func (a *Agent) noteLaunch(p *process, t *thread, e *bpf.APIEvent, ph uint16) {
 	s := p.attribution()
 	s.Launches++
+	if !a.gpu.connected(p.pid) {
+		s.LaunchesWithoutGPU++
+	}
 	other, outside := ph == 0, !t.inCycle
 	if other {
 		s.OtherLaunches++

@@ -335,6 +335,9 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	// Before the join: a launch whose API record came first is matched
 	// (correlate.Options.OnMatch) inside joinLaunch.
 	a.noteCaptureChain(p, t, e)
+	if e.Type == bpf.EvLaunch {
+		a.noteLaunch(p, t, e, ph) // before the join, which may hand out its GPU records at once
+	}
 	a.joinLaunch(p, t, e, ph)
 	if e.Type == bpf.EvColl && e.API.IsCollective() {
 		p.collectives = true
@@ -349,7 +352,6 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	}
 	switch e.Type {
 	case bpf.EvLaunch:
-		a.noteLaunch(p, t, e, ph)
 		acc.Launches++
 		if e.API == bpf.APIGraphLaunch {
 			acc.GraphLaunch++
