@@ -117,7 +117,7 @@ type ThreadReport struct {
 	Phases   []*PhaseStats `json:"phases"`  // inside cycles
 	Outside  []*PhaseStats `json:"outside"` // calls made outside any cycle
 	Calls    int64         `json:"calls"`
-	Resolved int64         `json:"resolved_in_user_space"` // events whose phase user space resolved (warm-up)
+	Resolved int64         `json:"resolved_in_user_space"` // events whose phase user space resolved (warm-up, call-tree windows)
 	// Untraced counts cycles outside the GPU tracing windows (duty-cycled
 	// tracing): they have CPU figures only.
 	Untraced int `json:"cycles_outside_gpu_windows,omitempty"`

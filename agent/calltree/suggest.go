@@ -345,11 +345,14 @@ func phaseName(qualname, name string) string {
 	if len(parts) > 2 {
 		parts = parts[len(parts)-2:]
 	}
-	s := strings.Trim(nonName.ReplaceAllString(strings.ToLower(strings.Join(parts, ".")), "_"), "_.")
-	if s == "" || s == "other" {
-		s = "fn_" + s
+	s := strings.Trim(nonName.ReplaceAllString(strings.ToLower(strings.Join(parts, ".")), "_"), ".")
+	switch s {
+	case "":
+		return "fn"
+	case "other": // reserved for frames no rule matches
+		return "fn_other"
 	}
-	return strings.TrimSuffix(s, "_")
+	return s
 }
 
 // anchor is a regex matching exactly s.
