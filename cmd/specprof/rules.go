@@ -27,7 +27,7 @@ func newRulesSuggestCmd() *cobra.Command {
 	var o calltree.Options
 	c := &cobra.Command{
 		Use:   "suggest SESSION_DIR",
-		Short: "Write a starting rules file (YAML, to stdout) from the call tree of a session's unattributed launches",
+		Short: "Write a starting rules file (YAML, to stdout) from a session's unattributed launches",
 		Long: `Write a starting rules file (YAML, to stdout) from the call tree of the launches a session's
 phase rules left in phase other or outside cycles (calltree.json in its output directory,
 recorded by run and attach unless --calltree=false).
@@ -46,7 +46,7 @@ SESSION_DIR may also be the path of a calltree.json.`,
 		},
 	}
 	c.Flags().IntVar(&o.PID, "pid", 0, "use only the call tree of this process (default: every process of the session, merged)")
-	c.Flags().IntVar(&o.MaxChildren, "max-children", calltree.DefaultMaxChildren, "make at most this many phases from the step function's callees, those with the most GPU time; the others count as the step function's own phase")
+	c.Flags().IntVar(&o.MaxChildren, "max-children", calltree.DefaultMaxChildren, "make at most this many phases from the step function's callees with the most GPU time (the rest count as the step function's own)")
 	return c
 }
 
