@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent/correlate"
 	"github.com/specprof/specprof/agent/gpuinfo"
 	"github.com/specprof/specprof/agent/phase"
@@ -47,16 +49,16 @@ type Probes interface {
 // Options configure an Agent.
 type Options struct {
 	Preset   *phase.Preset
-	Interval int                 // cycles per summary window (per thread); 0 disables windows
-	OnWindow func(*Window)       // called for every completed window
-	OnEvent  func(*Event)        // optional: every attributed call, in arrival order
-	OnKernel func(*KernelRecord) // optional: every GPU kernel record from CUPTI
-	OnAPI    func(*APIRecord)    // optional: every driver-API record from CUPTI
+	Interval int                       // cycles per summary window (per thread); 0 disables windows
+	OnWindow func(*model.Window)       // called for every completed window
+	OnEvent  func(*model.Event)        // optional: every attributed call, in arrival order
+	OnKernel func(*model.KernelRecord) // optional: every GPU kernel record from CUPTI
+	OnAPI    func(*model.APIRecord)    // optional: every driver-API record from CUPTI
 	// OnCycle receives every closed cycle's timeline once its GPU side is
 	// final (exporters: OTLP, Perfetto, pprof). Detail adds the individual
 	// GPU records (GPUActivity) to it; without it only per-phase figures,
 	// collectives and syncs travel.
-	OnCycle func(*CycleTrace)
+	OnCycle func(*model.CycleTrace)
 	Detail  bool
 	// CollectiveRanks is the number of ranks in the NCCL communicators, for
 	// bus bandwidth; 0 counts the traced processes that make collectives.
@@ -64,7 +66,7 @@ type Options struct {
 	// GPUs names the GPUs of each traced process (NVML); nil: none.
 	GPUs *gpuinfo.Registry
 	// OnSample receives the CPU sampler's samples, symbolized.
-	OnSample func(*CPUSample)
+	OnSample func(*model.CPUSample)
 	// GPUHorizon is how late CUPTI records may arrive after the launch
 	// (default 2 s); LaunchSlack how long before a CUPTI API record's start
 	// its uprobe may fire (default 2 ms: the trap, preemption and, while code objects
@@ -96,24 +98,6 @@ type Options struct {
 	GateHold time.Duration
 }
 
-// Event is one attributed call, as handed to Options.OnEvent.
-type Event struct {
-	PID, TID int
-	Ktime    uint64
-	Kind     string // launch, sync, sync_exit, copy (device-side copy or set), coll, capture, mark
-	API      string
-	Phase    string
-	Cycle    int // 1-based cycle number of the thread, 0 outside cycles
-	// CycleTID, when not 0, is the thread whose cycle Cycle is: a late wait
-	// (phase.Cycle.LatePhases) on one thread for another thread's cycle.
-	CycleTID int
-	Stream   uint64
-	Handle   uint64
-	Bytes    int64 // collectives and copies
-	WaitNs   int64 // sync: time blocked (set on the return)
-	Site     string
-}
-
 // Agent attributes probe events to phases and cycles.
 type Agent struct {
 	pr   Probes
@@ -125,7 +109,7 @@ type Agent struct {
 
 	mu      sync.Mutex
 	procs   map[int]*process
-	rep     Report
+	rep     model.Report
 	roots   map[int]bool
 	exited  chan int
 	started time.Time
@@ -177,7 +161,7 @@ func New(pr Probes, opts Options) (*Agent, error) {
 	for i, p := range a.matchers[false].Phases() {
 		a.order[p] = i
 	}
-	a.rep = Report{Preset: opts.Preset.Name, Phases: a.matchers[false].Phases(), Start: time.Now()}
+	a.rep = model.Report{Preset: opts.Preset.Name, Phases: a.matchers[false].Phases(), Start: time.Now()}
 	if opts.ProbePeriod != 0 {
 		if opts.ProbeOn <= 0 || opts.ProbeOn >= opts.ProbePeriod {
 			return nil, fmt.Errorf("agent: probe windows %v every %v: want 0 < ON < PERIOD", opts.ProbeOn, opts.ProbePeriod)
@@ -385,7 +369,7 @@ func (a *Agent) proc(pid int) *process {
 	p := a.procs[pid]
 	if p == nil {
 		p = &process{pid: pid, classes: map[uint64]phase.Class{}, threads: map[int]*thread{}, libs: map[string]bool{},
-			rep: &ProcessReport{PID: pid, Start: time.Now()}}
+			rep: &model.ProcessReport{PID: pid, Start: time.Now()}}
 		p.rep.Cmdline, _ = proc.Cmdline(pid)
 		if own, err := proc.OwnNamespaceID(pid, pid); err == nil && own != pid {
 			p.rep.NSPID = own
@@ -689,7 +673,7 @@ func (a *Agent) reconcile() {
 }
 
 // Report returns the session report so far (cycles still open are not in it).
-func (a *Agent) Report() *Report {
+func (a *Agent) Report() *model.Report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.joinLoss()
@@ -765,20 +749,11 @@ func (a *Agent) phaseOrder(id uint16, m *phase.Matcher) int {
 	return 1 << 20
 }
 
-// Status is a cheap summary of a running session, for a live status line.
-type Status struct {
-	Processes int    // processes with CUDA libraries traced
-	Cycles    int    // cycles folded into the figures, all threads
-	OpenCycle bool   // some thread is inside a cycle now
-	Calls     int64  // hooked calls attributed
-	Lost      uint64 // records lost to a full ring buffer or scratch space
-}
-
 // Status returns the session's Status.
-func (a *Agent) Status() Status {
+func (a *Agent) Status() model.Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Status{Lost: a.rep.Loss.RingBuf + a.rep.Loss.Scratch}
+	s := model.Status{Lost: a.rep.Loss.RingBuf + a.rep.Loss.Scratch}
 	for _, p := range a.procs {
 		if len(p.libs) > 0 && !p.exited {
 			s.Processes++

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/agent/proc"
@@ -42,7 +44,7 @@ func BenchmarkLaunchCost(b *testing.B) {
 	}
 
 	var phases = map[string]int{}
-	tr, ag := newBenchAgent(b, func(e *agent.Event) { phases[e.Phase]++ })
+	tr, ag := newBenchAgent(b, func(e *model.Event) { phases[e.Phase]++ })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ag.Run(ctx) }()
@@ -265,7 +267,7 @@ func BenchmarkLearningLaunchCost(b *testing.B) {
 
 // newBenchAgent loads the BPF tracer (closed when b ends) and an agent on
 // it with the sglang-eagle preset.
-func newBenchAgent(b *testing.B, onEvent func(*agent.Event)) (*bpf.Tracer, *agent.Agent) {
+func newBenchAgent(b *testing.B, onEvent func(*model.Event)) (*bpf.Tracer, *agent.Agent) {
 	b.Helper()
 	tr, err := bpf.Load()
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/ianlancetaylor/demangle"
 
 	"github.com/specprof/specprof/agent/correlate"
@@ -22,12 +24,12 @@ import (
 
 // cycleBuild is the timeline of one cycle under construction.
 type cycleBuild struct {
-	phases map[uint16]*PhaseTrace
+	phases map[uint16]*model.PhaseTrace
 	order  []uint16 // phases by first call
-	sites  map[uint16]map[siteKey]*SiteCount
+	sites  map[uint16]map[siteKey]*model.SiteCount
 	// Collective kernels per phase (NCCL and custom all-reduce), for the
 	// GPU side of the phase's collective calls.
-	collK map[uint16][]GPUActivity
+	collK map[uint16][]model.GPUActivity
 	// Launch calls of the cycle in time order with their site, to give
 	// each GPU record its launching Python frame (with Options.Detail).
 	launches []launchSite
@@ -35,7 +37,7 @@ type cycleBuild struct {
 
 type launchSite struct {
 	ktime uint64
-	site  *SiteCount
+	site  *model.SiteCount
 }
 
 type siteKey struct {
@@ -44,14 +46,14 @@ type siteKey struct {
 }
 
 func newCycleBuild() *cycleBuild {
-	return &cycleBuild{phases: map[uint16]*PhaseTrace{}, sites: map[uint16]map[siteKey]*SiteCount{},
-		collK: map[uint16][]GPUActivity{}}
+	return &cycleBuild{phases: map[uint16]*model.PhaseTrace{}, sites: map[uint16]map[siteKey]*model.SiteCount{},
+		collK: map[uint16][]model.GPUActivity{}}
 }
 
-func (b *cycleBuild) phase(ph uint16, m *phase.Matcher) *PhaseTrace {
+func (b *cycleBuild) phase(ph uint16, m *phase.Matcher) *model.PhaseTrace {
 	pt := b.phases[ph]
 	if pt == nil {
-		pt = &PhaseTrace{Phase: m.PhaseName(ph)}
+		pt = &model.PhaseTrace{Phase: m.PhaseName(ph)}
 		b.phases[ph] = pt
 		b.order = append(b.order, ph)
 	}
@@ -63,9 +65,9 @@ func (a *Agent) tracing() bool { return a.opts.OnCycle != nil }
 
 // frameOf symbolizes a code object (and, when instr is set, the line being
 // executed) of p, caching by (code, instr).
-func (a *Agent) frameOf(p *process, code, instr uint64) Frame {
+func (a *Agent) frameOf(p *process, code, instr uint64) model.Frame {
 	if p.sym == nil || code == 0 {
-		return Frame{}
+		return model.Frame{}
 	}
 	k := siteKey{code, instr}
 	if f, ok := p.frames[k]; ok {
@@ -73,16 +75,16 @@ func (a *Agent) frameOf(p *process, code, instr uint64) Frame {
 	}
 	c, err := p.sym.Code(code)
 	if err != nil {
-		return Frame{}
+		return model.Frame{}
 	}
-	f := Frame{Func: c.Qualname, File: c.Filename, Line: c.FirstLine}
+	f := model.Frame{Func: c.Qualname, File: c.Filename, Line: c.FirstLine}
 	if instr != 0 {
 		if l := p.sym.Line(c, instr); l > 0 {
 			f.Line = l
 		}
 	}
 	if p.frames == nil || len(p.frames) >= maxFrameCache {
-		p.frames = map[siteKey]Frame{}
+		p.frames = map[siteKey]model.Frame{}
 	}
 	p.frames[k] = f
 	return f
@@ -110,13 +112,13 @@ func (a *Agent) traceCall(p *process, t *thread, e *bpf.APIEvent, ph uint16, m *
 		}
 		sm := b.sites[ph]
 		if sm == nil {
-			sm = map[siteKey]*SiteCount{}
+			sm = map[siteKey]*model.SiteCount{}
 			b.sites[ph] = sm
 		}
 		k := siteKey{e.Py.LeafCode, e.Py.LeafInstr}
 		sc := sm[k]
 		if sc == nil {
-			sc = &SiteCount{Site: a.frameOf(p, k.code, k.instr)}
+			sc = &model.SiteCount{Site: a.frameOf(p, k.code, k.instr)}
 			sm[k] = sc
 		}
 		sc.Launches++
@@ -140,7 +142,7 @@ func (a *Agent) traceSync(p *process, t *thread, ps pendingSync, wait int64, m *
 		t.build = newCycleBuild()
 	}
 	pt := t.build.phase(ps.phase, m)
-	pt.Syncs = append(pt.Syncs, SyncTrace{API: ps.api.String(), Start: ps.ktime, WaitNs: wait, Site: ps.frame, Bytes: ps.bytes})
+	pt.Syncs = append(pt.Syncs, model.SyncTrace{API: ps.api.String(), Start: ps.ktime, WaitNs: wait, Site: ps.frame, Bytes: ps.bytes})
 }
 
 // closeTrace turns the open cycle's builder into the closed cycle's trace.
@@ -151,7 +153,7 @@ func (a *Agent) closeTrace(p *process, t *thread, cc *closedCycle) {
 		b = newCycleBuild()
 	}
 	cc.build = b
-	cc.trace = &CycleTrace{PID: p.pid, TID: t.tid, Cycle: cc.no, Start: t.cycleFirst, End: t.cycleLast}
+	cc.trace = &model.CycleTrace{PID: p.pid, TID: t.tid, Cycle: cc.no, Start: t.cycleFirst, End: t.cycleLast}
 }
 
 // onGPUJoin receives every GPU record joined to a live key: collective
@@ -183,7 +185,7 @@ func (a *Agent) onGPUJoin(k correlate.Key, r *correlate.GPURecord) {
 		return
 	}
 	var b *cycleBuild
-	var st *PhaseStats
+	var st *model.PhaseStats
 	m := a.matcherOf(p)
 	switch {
 	case t.inCycle && k.Cycle == t.cycleNo:
@@ -202,7 +204,7 @@ func (a *Agent) onGPUJoin(k correlate.Key, r *correlate.GPURecord) {
 		b = cc.build
 		st = cc.phase(k.Phase, m)
 	}
-	act := GPUActivity{Kind: r.Kind.String(), Name: name, Start: r.Start, End: r.End, Device: r.Device, Stream: r.Stream,
+	act := model.GPUActivity{Kind: r.Kind.String(), Name: name, Start: r.Start, End: r.End, Device: r.Device, Stream: r.Stream,
 		Corr: r.Corr, Bytes: r.Bytes, Launch: r.APIStart, GraphID: r.GraphID, GraphNode: r.GraphNode}
 	if coll {
 		if st != nil && r.End > r.Start {
@@ -234,13 +236,13 @@ func (a *Agent) finishTrace(p *process, t *thread, cc *closedCycle, m *phase.Mat
 		}
 	}
 	tr.Devices = p.devices
-	tr.Phases = make([]*PhaseTrace, 0, len(b.order))
+	tr.Phases = make([]*model.PhaseTrace, 0, len(b.order))
 	for _, ph := range b.order {
 		pt := b.phases[ph]
 		if st := cc.phases[ph]; st != nil {
 			pt.Stats = st
 		} else {
-			pt.Stats = &PhaseStats{Phase: pt.Phase}
+			pt.Stats = &model.PhaseStats{Phase: pt.Phase}
 		}
 		if pa := cc.spans[ph]; pa != [2]uint64{} {
 			pt.Start, pt.End = pa[0], pa[1]
@@ -277,7 +279,7 @@ func (a *Agent) finishTrace(p *process, t *thread, cc *closedCycle, m *phase.Mat
 // launchAt is the launch whose driver call began at apiStart: the last one
 // of the thread at or before it (the uprobe fires at the call's first
 // instruction, before CUPTI stamps its start).
-func (b *cycleBuild) launchAt(apiStart uint64) *SiteCount {
+func (b *cycleBuild) launchAt(apiStart uint64) *model.SiteCount {
 	if apiStart == 0 {
 		return nil
 	}
@@ -292,7 +294,7 @@ func (b *cycleBuild) launchAt(apiStart uint64) *SiteCount {
 // its launches ran, in order (NCCL launches one kernel per collective, or
 // per group), and adds kernels recognised by name that no call explains
 // (custom all-reduce).
-func (a *Agent) collectiveGPU(p *process, pt *PhaseTrace, ks []GPUActivity) {
+func (a *Agent) collectiveGPU(p *process, pt *model.PhaseTrace, ks []model.GPUActivity) {
 	sort.Slice(ks, func(i, j int) bool { return ks[i].Start < ks[j].Start })
 	ranks := a.ranksFor(p)
 	calls := len(pt.Collectives)
@@ -311,7 +313,7 @@ func (a *Agent) collectiveGPU(p *process, pt *PhaseTrace, ks []GPUActivity) {
 		// A kernel no call of the phase explains: a custom all-reduce, or
 		// an NCCL kernel replayed from a CUDA graph (its call happened at
 		// capture: graphcoll.go finds it; else its size is not known).
-		c := Collective{Op: "AllReduce", Time: k.Launch, Kernel: k.Name, GPUStart: k.Start, GPUEnd: k.End, Peer: -1,
+		c := model.Collective{Op: "AllReduce", Time: k.Launch, Kernel: k.Name, GPUStart: k.Start, GPUEnd: k.End, Peer: -1,
 			Ranks: ranks}
 		if nccl {
 			c.Op, c.Reduce, c.Dtype = ncclKernelOp(k.Name)

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent/phase"
 )
 
@@ -20,30 +22,6 @@ import (
 // …/site-packages/sglang/srt/x.py), and every site-packages or
 // dist-packages directory above a module file (editable installs keep
 // their dist-info there while the code lives elsewhere).
-
-// Version check statuses (VersionCheck.Status).
-const (
-	// VersionChecked: the installed version is one the rules were checked against.
-	VersionChecked = "checked"
-	// VersionOutside: the installed version is not among them.
-	VersionOutside = "outside"
-	// VersionUnknown: the installed version could not be found or read.
-	VersionUnknown = "unknown"
-)
-
-// VersionCheck compares a traced process's installed server version with
-// the versions the preset's rules were checked against (the preset's
-// checked_against).
-type VersionCheck struct {
-	Distribution string   `json:"distribution"`
-	Checked      []string `json:"checked_versions"`
-	Status       string   `json:"status"`                      // checked, outside or unknown
-	Installed    string   `json:"installed_version,omitempty"` // from METADATA's Version
-	Metadata     string   `json:"metadata,omitempty"`          // the file read, as the target sees it
-	// Problem says why the version is unknown, or what an outside
-	// version means for the figures.
-	Problem string `json:"problem,omitempty"`
-}
 
 // maxMetadataBytes bounds what is read of a METADATA file: the headers
 // come first, the long description after them.
@@ -180,13 +158,13 @@ func readMetadata(path string) (name, version string, err error) {
 
 // versionCheck is the process's version check, nil when the preset names
 // no checked versions or the process ran no Python code the agent saw.
-func (a *Agent) versionCheck(p *process) *VersionCheck {
+func (a *Agent) versionCheck(p *process) *model.VersionCheck {
 	ca := a.opts.Preset.CheckedAgainst
 	if ca == nil || p.rt == nil || p.dist == nil {
 		return nil
 	}
 	d := p.dist
-	vc := &VersionCheck{Distribution: ca.Distribution, Checked: ca.Versions, Status: VersionUnknown}
+	vc := &model.VersionCheck{Distribution: ca.Distribution, Checked: ca.Versions, Status: model.VersionUnknown}
 	if !d.found {
 		dirs := make([]string, 0, len(d.checked))
 		for dir := range d.checked {
@@ -211,9 +189,9 @@ func (a *Agent) versionCheck(p *process) *VersionCheck {
 	case err != nil:
 		vc.Problem = fmt.Sprintf("installed version of %s (%s) cannot be compared: %v", ca.Distribution, d.meta, err)
 	case ok:
-		vc.Status = VersionChecked
+		vc.Status = model.VersionChecked
 	default:
-		vc.Status = VersionOutside
+		vc.Status = model.VersionOutside
 		vc.Problem = fmt.Sprintf("%s %s is not among the versions the rules were checked against (%s): phases and cycles may be missed where its code differs; check the unattributed share and its frames, and `specprof rules suggest`",
 			ca.Distribution, d.version, strings.Join(ca.Versions, ", "))
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/agent/python"
 )
@@ -35,11 +37,11 @@ func TestVersionCheck(t *testing.T) {
 	for _, tc := range []struct {
 		name, dist, meta, status, installed, problem string
 	}{
-		{"inside", "sglang-0.5.6.dist-info", "Name: sglang\nVersion: 0.5.6\n\nVersion: 9\n", VersionChecked, "0.5.6", ""},
-		{"rc", "sglang-0.5.0rc2.dist-info", "Name: SGLang\nVersion: 0.5.0rc2\n", VersionChecked, "0.5.0rc2", ""},
-		{"outside", "sglang-0.6.1.dist-info", "Name: sglang\nVersion: 0.6.1\n", VersionOutside, "0.6.1", "not among the versions"},
-		{"no version", "sglang-0.5.6.dist-info", "Name: sglang\n", VersionUnknown, "", "no Version header"},
-		{"absent", "", "", VersionUnknown, "", "no sglang-*.dist-info"},
+		{"inside", "sglang-0.5.6.dist-info", "Name: sglang\nVersion: 0.5.6\n\nVersion: 9\n", model.VersionChecked, "0.5.6", ""},
+		{"rc", "sglang-0.5.0rc2.dist-info", "Name: SGLang\nVersion: 0.5.0rc2\n", model.VersionChecked, "0.5.0rc2", ""},
+		{"outside", "sglang-0.6.1.dist-info", "Name: sglang\nVersion: 0.6.1\n", model.VersionOutside, "0.6.1", "not among the versions"},
+		{"no version", "sglang-0.5.6.dist-info", "Name: sglang\n", model.VersionUnknown, "", "no Version header"},
+		{"absent", "", "", model.VersionUnknown, "", "no sglang-*.dist-info"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ents, _ := filepath.Glob(filepath.Join(site, "sglang-*"))
@@ -61,7 +63,7 @@ func TestVersionCheck(t *testing.T) {
 				(tc.problem == "" && vc.Problem != "") {
 				t.Fatalf("version check %+v; want status %s, installed %q, problem with %q", vc, tc.status, tc.installed, tc.problem)
 			}
-			if tc.status != VersionUnknown && vc.Metadata != filepath.Join(site, tc.dist, "METADATA") {
+			if tc.status != model.VersionUnknown && vc.Metadata != filepath.Join(site, tc.dist, "METADATA") {
 				t.Errorf("metadata %s", vc.Metadata)
 			}
 		})
@@ -70,7 +72,7 @@ func TestVersionCheck(t *testing.T) {
 	a := &Agent{opts: Options{Preset: preset}}
 	p := &process{pid: os.Getpid(), rt: &python.Runtime{}}
 	a.noteModuleFile(p, filepath.Join(root, "app/main.py"))
-	if vc := a.versionCheck(p); vc == nil || vc.Status != VersionUnknown || !strings.Contains(vc.Problem, "no module file of sglang") {
+	if vc := a.versionCheck(p); vc == nil || vc.Status != model.VersionUnknown || !strings.Contains(vc.Problem, "no module file of sglang") {
 		t.Errorf("nothing seen: %+v", vc)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent/correlate"
 	"github.com/specprof/specprof/cupti"
 )
@@ -210,7 +212,7 @@ func (cc *closedCycle) stripGPU() {
 		st.GPUMemcpys, st.GPUMemcpyBytes, st.GPUMemcpyNs, st.CollGPUNs = 0, 0, 0, 0
 		st.GPUMemsets, st.GPUMemsetBytes = 0, 0
 		st.GPUGraphs, st.GPUGraphNs, st.GPUActiveNs, st.GPUElapsedNs = 0, 0, 0, 0
-		st.GPUHostGapNs, st.gpuFirst, st.gpuLast = 0, 0, 0
+		st.GPUHostGapNs, st.GPUFirst, st.GPULast = 0, 0, 0
 	}
 	if cc.build != nil {
 		for _, pt := range cc.build.phases {
@@ -222,19 +224,8 @@ func (cc *closedCycle) stripGPU() {
 	}
 }
 
-// DutyStats describes duty-cycled GPU tracing of one process.
-type DutyStats struct {
-	Windows  int64   `json:"windows"`   // tracing windows, the one still open included
-	WindowNs uint64  `json:"window_ns"` // their total length (the open one's up to the last word that it was open)
-	Share    float64 `json:"share"`     // of the time from the first window's open to the last close or word
-	// StillOpen: the last window had not closed when its records ended (the
-	// process exited in it, or stopped making the synchronising calls at
-	// which the library closes windows).
-	StillOpen bool `json:"still_open,omitempty"`
-}
-
-func (d *dutyState) stats() *DutyStats {
-	s := &DutyStats{Windows: d.closed, WindowNs: d.openNs}
+func (d *dutyState) stats() *model.DutyStats {
+	s := &model.DutyStats{Windows: d.closed, WindowNs: d.openNs}
 	end := d.last
 	if n := len(d.windows); n > 0 && d.windows[n-1].close == 0 {
 		w := d.windows[n-1]

@@ -3,6 +3,8 @@ package agent
 import (
 	"sort"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent/correlate"
 	"github.com/specprof/specprof/bpf"
 	"github.com/specprof/specprof/cupti"
@@ -77,25 +79,25 @@ func (a *Agent) onGPUFinal(k correlate.Key, ks *correlate.KeyStats) {
 		return
 	}
 	m := a.matcherOf(p)
-	g := &PhaseStats{GPUCycles: 1, GPUKernels: int64(ks.Kernels), GPUBusyNs: int64(ks.BusyNs), GPUSpanNs: int64(ks.SpanNs()),
+	g := &model.PhaseStats{GPUCycles: 1, GPUKernels: int64(ks.Kernels), GPUBusyNs: int64(ks.BusyNs), GPUSpanNs: int64(ks.SpanNs()),
 		GPUKernelNs: int64(ks.KernelNs), GPUGraphs: int64(ks.Graphs), GPUGraphNs: int64(ks.GraphNs), GPUMemcpys: int64(ks.Memcpys), GPUMemcpyBytes: int64(ks.MemcpyBytes), GPUMemcpyNs: int64(ks.MemcpyNs),
 		GPUMemsets: int64(ks.Memsets), GPUMemsetBytes: int64(ks.MemsetBytes),
-		GPUActiveNs: int64(ks.ActiveNs), GPUElapsedNs: int64(ks.ElapsedNs()), gpuFirst: ks.ActiveFirst, gpuLast: ks.ActiveLast}
+		GPUActiveNs: int64(ks.ActiveNs), GPUElapsedNs: int64(ks.ElapsedNs()), GPUFirst: ks.ActiveFirst, GPULast: ks.ActiveLast}
 	switch {
 	case k.Cycle <= 0:
 		pa := t.outside[k.Phase]
 		if pa == nil {
-			pa = &phaseAcc{PhaseStats: PhaseStats{Phase: m.PhaseName(k.Phase)}}
+			pa = &phaseAcc{PhaseStats: model.PhaseStats{Phase: m.PhaseName(k.Phase)}}
 			t.outside[k.Phase] = pa
 		}
-		pa.addGPU(g)
+		pa.AddGPU(g)
 		t.gpu = true
 	case t.inCycle && k.Cycle == t.cycleNo:
 		t.earlyGPUWin.add(ks)
 		t.earlyLost = t.earlyLost || ks.MatchedLaunches < ks.Launches
 		// A long cycle: its phase finished on the GPU before the cycle closed.
 		if prev := t.earlyGPU[k.Phase]; prev != nil {
-			prev.addGPU(g)
+			prev.AddGPU(g)
 		} else {
 			t.earlyGPU[k.Phase] = g
 		}
@@ -104,7 +106,7 @@ func (a *Agent) onGPUFinal(k correlate.Key, ks *correlate.KeyStats) {
 		if cc == nil {
 			return // already folded (forced at the end of the session)
 		}
-		cc.phase(k.Phase, m).addGPU(g)
+		cc.phase(k.Phase, m).AddGPU(g)
 		cc.gpuWin.add(ks)
 		cc.lost = cc.lost || ks.MatchedLaunches < ks.Launches
 		cc.gpuPending--

@@ -3,6 +3,8 @@ package agent
 import (
 	"strings"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/bpf"
 	"github.com/specprof/specprof/cupti"
 )
@@ -57,16 +59,16 @@ const graphNodeKernel = 0
 // capturedColls is one process's chain from graph nodes back to the
 // collective calls that created them.
 type capturedColls struct {
-	last     map[int]*Collective         // by thread: its latest collective call, until its next launch
-	pending  map[int][]collLaunch        // by thread: collective launches waiting for their API record
-	prevEnd  map[int]uint64              // by thread: end of its latest API record
-	byCorr   genMap[uint32, *Collective] // correlation id of a collective's launch → the call
-	nodeCorr genMap[uint64, uint32]      // graph node → the correlation id of the call that created it
-	nodeOrig genMap[uint64, uint64]      // cloned node → its original
-	byNode   genMap[uint64, *Collective] // graph node → the collective whose launch created it (by time)
-	launches map[int]*launchRing         // by thread: its latest kernel launches
-	waiting  []nodeAt                    // kernel nodes waiting for the eBPF launches before them
-	seen     uint64                      // latest launch time read from eBPF
+	last     map[int]*model.Collective         // by thread: its latest collective call, until its next launch
+	pending  map[int][]collLaunch              // by thread: collective launches waiting for their API record
+	prevEnd  map[int]uint64                    // by thread: end of its latest API record
+	byCorr   genMap[uint32, *model.Collective] // correlation id of a collective's launch → the call
+	nodeCorr genMap[uint64, uint32]            // graph node → the correlation id of the call that created it
+	nodeOrig genMap[uint64, uint64]            // cloned node → its original
+	byNode   genMap[uint64, *model.Collective] // graph node → the collective whose launch created it (by time)
+	launches map[int]*launchRing               // by thread: its latest kernel launches
+	waiting  []nodeAt                          // kernel nodes waiting for the eBPF launches before them
+	seen     uint64                            // latest launch time read from eBPF
 }
 
 // launchRing keeps a thread's latest kernel launches, with the collective
@@ -100,7 +102,7 @@ type nodeAt struct {
 // collLaunch is the kernel launch a collective call made.
 type collLaunch struct {
 	ktime uint64
-	c     *Collective
+	c     *model.Collective
 }
 
 // maxCaptured bounds each map of capturedColls (two generations);
@@ -118,22 +120,22 @@ const (
 
 func (p *process) captured() *capturedColls {
 	if p.capColls == nil {
-		p.capColls = &capturedColls{last: map[int]*Collective{}, pending: map[int][]collLaunch{}, prevEnd: map[int]uint64{},
-			byCorr:   genMap[uint32, *Collective]{max: maxCaptured},
+		p.capColls = &capturedColls{last: map[int]*model.Collective{}, pending: map[int][]collLaunch{}, prevEnd: map[int]uint64{},
+			byCorr:   genMap[uint32, *model.Collective]{max: maxCaptured},
 			nodeCorr: genMap[uint64, uint32]{max: maxCaptured}, nodeOrig: genMap[uint64, uint64]{max: maxCaptured},
-			byNode: genMap[uint64, *Collective]{max: maxCaptured}, launches: map[int]*launchRing{}}
+			byNode: genMap[uint64, *model.Collective]{max: maxCaptured}, launches: map[int]*launchRing{}}
 	}
 	return p.capColls
 }
 
 // collectiveOf builds the collective of an NCCL call event.
-func (a *Agent) collectiveOf(p *process, e *bpf.APIEvent) Collective {
+func (a *Agent) collectiveOf(p *process, e *bpf.APIEvent) model.Collective {
 	dt, red, peer := e.NCCLArgs()
 	sz, ok := dtypeSize[dt]
 	if !ok {
 		sz = 1
 	}
-	return Collective{
+	return model.Collective{
 		Op: strings.TrimPrefix(e.API.String(), "nccl"), API: e.API.String(), Time: e.Ktime,
 		Count: e.Arg0, Dtype: ncclDtypeName(dt), Reduce: ncclRedName(red), Bytes: int64(e.Arg0) * sz,
 		Comm: e.Handle, Stream: e.Stream, Peer: peer, Site: a.frameOf(p, e.Py.LeafCode, e.Py.LeafInstr)}
@@ -267,7 +269,7 @@ func (a *Agent) noteGraphNodes(pid int, ns []cupti.GraphNode) {
 
 // capturedCollective is the collective call that created graph node node
 // (or the node it was cloned from), nil when unknown.
-func (a *Agent) capturedCollective(p *process, node uint64) *Collective {
+func (a *Agent) capturedCollective(p *process, node uint64) *model.Collective {
 	cc := p.capColls
 	if node == 0 || cc == nil {
 		return nil

@@ -17,7 +17,7 @@ import (
 // that arrive before the eBPF launches they follow wait for them.
 func TestCapturedByNodeTime(t *testing.T) {
 	a := &Agent{opts: Options{LaunchSlack: 2 * time.Millisecond}}
-	a.gpu = &GPUHandler{a: a, stats: map[int]*GPUStats{}}
+	a.gpu = &GPUHandler{a: a, stats: map[int]*gpuProc{}}
 	const pid, tid = 100, 101
 	p := &process{pid: pid, threads: map[int]*thread{}}
 	a.procs = map[int]*process{pid: p}

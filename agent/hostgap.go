@@ -1,6 +1,10 @@
 package agent
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/specprof/specprof/model"
+)
 
 // Host gaps: the time a thread's GPU work sat idle, waiting for the host,
 // between the GPU work of consecutive phases (PhaseStats.GPUHostGapNs). A
@@ -26,25 +30,25 @@ func (t *thread) hostGaps(cc *closedCycle) {
 	if !cc.gpu {
 		return
 	}
-	var ph []*PhaseStats
+	var ph []*model.PhaseStats
 	for _, s := range cc.phases {
-		if s.gpuFirst != 0 && s.gpuLast >= s.gpuFirst {
+		if s.GPUFirst != 0 && s.GPULast >= s.GPUFirst {
 			ph = append(ph, s)
 		}
 	}
 	if len(ph) == 0 {
 		return
 	}
-	sort.Slice(ph, func(i, j int) bool { return ph[i].gpuFirst < ph[j].gpuFirst })
+	sort.Slice(ph, func(i, j int) bool { return ph[i].GPUFirst < ph[j].GPUFirst })
 	var end uint64
 	if prev.cycle != 0 && prev.cycle == cc.no-1 {
 		end = prev.end
 	}
 	for _, s := range ph {
-		if end != 0 && s.gpuFirst > end {
-			s.GPUHostGapNs = int64(s.gpuFirst - end)
+		if end != 0 && s.GPUFirst > end {
+			s.GPUHostGapNs = int64(s.GPUFirst - end)
 		}
-		end = max(end, s.gpuLast)
+		end = max(end, s.GPULast)
 	}
 	t.gapPrev = gapMark{cycle: cc.no, end: end}
 }

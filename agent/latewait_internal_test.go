@@ -3,6 +3,8 @@ package agent
 import (
 	"testing"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/bpf"
 )
@@ -61,14 +63,14 @@ func (s *stepEvents) handle(a *Agent) {
 	}
 }
 
-func stepAgent(t *testing.T) (*Agent, *stepEvents, *[]Event) {
+func stepAgent(t *testing.T) (*Agent, *stepEvents, *[]model.Event) {
 	t.Helper()
 	p, err := phase.LoadRules([]byte(stepPreset), "steps.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var events []Event
-	a, err := New(noProbes{}, Options{Preset: p, OnEvent: func(e *Event) { events = append(events, *e) }})
+	var events []model.Event
+	a, err := New(noProbes{}, Options{Preset: p, OnEvent: func(e *model.Event) { events = append(events, *e) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,13 +82,13 @@ func stepAgent(t *testing.T) (*Agent, *stepEvents, *[]Event) {
 	return a, s, &events
 }
 
-func phaseOf(r *ThreadReport, name string) *PhaseStats {
+func phaseOf(r *model.ThreadReport, name string) *model.PhaseStats {
 	for _, s := range r.Phases {
 		if s.Phase == name {
 			return s
 		}
 	}
-	return &PhaseStats{}
+	return &model.PhaseStats{}
 }
 
 // TestContinueAndLateWait: execute_model + sample_tokens form one cycle
@@ -112,7 +114,7 @@ func TestContinueAndLateWait(t *testing.T) {
 	s.handle(a)
 	a.Finish()
 	r := a.Report()
-	var mt, ot *ThreadReport
+	var mt, ot *model.ThreadReport
 	for _, th := range r.Processes[0].Threads {
 		switch th.TID {
 		case int(main):
@@ -209,8 +211,8 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var events []Event
-	a, err := New(noProbes{}, Options{Preset: p, OnEvent: func(e *Event) { events = append(events, *e) }})
+	var events []model.Event
+	a, err := New(noProbes{}, Options{Preset: p, OnEvent: func(e *model.Event) { events = append(events, *e) }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent/phase"
 )
 
@@ -41,33 +43,6 @@ type probeWindows struct {
 	held      bool
 	heldSince time.Time
 	heldNs    int64
-}
-
-// ProbeWindowStats describes probe windows in the report.
-type ProbeWindowStats struct {
-	OnNs     int64 `json:"on_ns"`
-	PeriodNs int64 `json:"period_ns"`
-	Windows  int   `json:"windows"`
-	// ProbedNs is the time the probes were in place; Share its part of
-	// the session.
-	ProbedNs int64   `json:"probed_ns"`
-	Share    float64 `json:"share"`
-	// Mean time to attach, mean and longest time to remove a window's
-	// probes: a window really lasts ON plus the removal.
-	AttachMeanNs int64 `json:"attach_mean_ns"`
-	DetachMeanNs int64 `json:"detach_mean_ns"`
-	DetachMaxNs  int64 `json:"detach_max_ns"`
-	// UprobeMulti: the probes were uprobe_multi links (removed in tens of
-	// milliseconds) rather than perf-event uprobes (about 0.1 s each).
-	UprobeMulti bool `json:"uprobe_multi"`
-	// SyncExitsCut counts returns of blocking calls that began before
-	// their window opened or while its probes were being removed (no
-	// entry to match; not a loss).
-	SyncExitsCut int64 `json:"sync_exits_cut"`
-	// GPUHeldNs is the time GPU records could come (a CUPTI library was
-	// awaited or traced), during which the probes stayed in place whatever
-	// the schedule (Options.ProbeGPUWindows).
-	GPUHeldNs int64 `json:"gpu_held_ns,omitempty"`
 }
 
 // multiProber is implemented by probes that tell how they attach.
@@ -302,12 +277,12 @@ func (a *Agent) probeCut(p *process, t *thread, ktime uint64, m *phase.Matcher) 
 }
 
 // probeStats reports the probe windows (nil without them).
-func (a *Agent) probeStats() *ProbeWindowStats {
+func (a *Agent) probeStats() *model.ProbeWindowStats {
 	w := a.pw
 	if w == nil {
 		return nil
 	}
-	s := &ProbeWindowStats{OnNs: int64(w.on), PeriodNs: int64(w.period), Windows: len(w.opens),
+	s := &model.ProbeWindowStats{OnNs: int64(w.on), PeriodNs: int64(w.period), Windows: len(w.opens),
 		ProbedNs: w.openNs, DetachMaxNs: int64(w.maxDetach), UprobeMulti: a.uprobeMulti(), SyncExitsCut: w.exitsCut,
 		GPUHeldNs: w.heldNs}
 	if w.held {

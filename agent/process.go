@@ -7,7 +7,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/specprof/specprof/agent/gpuinfo"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/agent/proc"
 	"github.com/specprof/specprof/agent/python"
@@ -29,7 +30,7 @@ type process struct {
 	readyWin int
 	readyAt  uint64
 	threads  map[int]*thread
-	rep      *ProcessReport
+	rep      *model.ProcessReport
 	exited   bool
 	probs    map[string]bool
 	smp      *procSamples // CPU sampler state (sampler.go)
@@ -38,14 +39,14 @@ type process struct {
 	tree     *procTree    // the call tree of those launches (calltree.go)
 
 	// Cycle timelines (cycletrace.go).
-	frames      map[siteKey]Frame
-	cycleFrame  Frame          // the preset's cycle function, once seen
+	frames      map[siteKey]model.Frame
+	cycleFrame  model.Frame    // the preset's cycle function, once seen
 	capColls    *capturedColls // collectives captured into CUDA graphs (graphcoll.go)
 	titleRead   bool
 	title       string
 	rank        int
 	collectives bool // made NCCL calls
-	devices     []gpuinfo.Device
+	devices     []model.Device
 	// lastCycleEnd is the last call of the last cycle closed (any thread;
 	// CLOCK_MONOTONIC ns): cycles run (requestWindows).
 	lastCycleEnd uint64
@@ -82,7 +83,7 @@ func (p *process) problem(s string) {
 
 // phaseAcc is one phase inside the current cycle.
 type phaseAcc struct {
-	PhaseStats
+	model.PhaseStats
 	first, last uint64
 }
 
@@ -91,7 +92,7 @@ type pendingSync struct {
 	ktime uint64
 	phase uint16
 	site  string
-	frame Frame // with Options.OnCycle
+	frame model.Frame // with Options.OnCycle
 	bytes int64
 	// late, when set, is the earlier cycle this wait is for
 	// (phase.Cycle.LatePhases): its time goes there.
@@ -118,15 +119,15 @@ type thread struct {
 	lastPhase  uint16
 	build      *cycleBuild // the open cycle's timeline (Options.OnCycle, collectives)
 
-	win      map[uint16]*PhaseStats
+	win      map[uint16]*model.PhaseStats
 	winFirst int
 	winNs    int64
 	winGPU   bool
 
-	curKeys     map[uint16]bool        // phase keys of the open cycle sent to the joiner
-	earlyGPU    map[uint16]*PhaseStats // GPU results that came before the cycle closed
-	earlyGPUWin gpuWindow              // their kernels' extent
-	closed      []*closedCycle         // closed cycles waiting for their GPU side, in order
+	curKeys     map[uint16]bool              // phase keys of the open cycle sent to the joiner
+	earlyGPU    map[uint16]*model.PhaseStats // GPU results that came before the cycle closed
+	earlyGPUWin gpuWindow                    // their kernels' extent
+	closed      []*closedCycle               // closed cycles waiting for their GPU side, in order
 	byCycle     map[int]*closedCycle
 	gpu         bool
 
@@ -137,7 +138,7 @@ type thread struct {
 	gpuLost     int  // cycles with a launch whose API record never came: GPU figures left out
 	earlyLost   bool // a GPU result that came before the cycle closed lacked a launch's API record
 	winUntraced int  // of the current window
-	total       map[uint16]*PhaseStats
+	total       map[uint16]*model.PhaseStats
 	outside     map[uint16]*phaseAcc
 	totalNs     int64
 	cycles      int
@@ -168,9 +169,9 @@ type thread struct {
 func (p *process) thread(tid int) *thread {
 	t := p.threads[tid]
 	if t == nil {
-		t = &thread{tid: tid, cur: map[uint16]*phaseAcc{}, win: map[uint16]*PhaseStats{},
-			curKeys: map[uint16]bool{}, earlyGPU: map[uint16]*PhaseStats{},
-			total: map[uint16]*PhaseStats{}, outside: map[uint16]*phaseAcc{}}
+		t = &thread{tid: tid, cur: map[uint16]*phaseAcc{}, win: map[uint16]*model.PhaseStats{},
+			curKeys: map[uint16]bool{}, earlyGPU: map[uint16]*model.PhaseStats{},
+			total: map[uint16]*model.PhaseStats{}, outside: map[uint16]*phaseAcc{}}
 		if own, err := proc.OwnNamespaceID(p.pid, tid); err == nil && own != tid {
 			t.nsTID = own
 		}
@@ -398,7 +399,7 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	if a.tracing() {
 		a.traceCall(p, t, e, ph, m)
 	}
-	ev := Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: kindOf(e.Type), API: e.API.String(),
+	ev := model.Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: kindOf(e.Type), API: e.API.String(),
 		Phase: m.PhaseName(ph), Stream: e.Stream, Handle: e.Handle}
 	if t.inCycle {
 		ev.Cycle = t.cycleNo
@@ -495,13 +496,13 @@ func (t *thread) holds(no int) bool {
 // lateStats returns the figures of phase ph in cycle r, which a late wait
 // adds to: the open cycle's accumulator, or a closed cycle not yet folded;
 // nil when the cycle was folded.
-func (a *Agent) lateStats(r *cycleRef, ph uint16, m *phase.Matcher) *PhaseStats {
+func (a *Agent) lateStats(r *cycleRef, ph uint16, m *phase.Matcher) *model.PhaseStats {
 	t := r.t
 	if t.inCycle && t.cycleNo == r.no {
 		pa := t.cur[ph]
 		if pa == nil {
 			// No call of its own: its CPU span stays 0 (closeCycle).
-			pa = &phaseAcc{PhaseStats: PhaseStats{Phase: m.PhaseName(ph)}}
+			pa = &phaseAcc{PhaseStats: model.PhaseStats{Phase: m.PhaseName(ph)}}
 			t.cur[ph] = pa
 		}
 		return &pa.PhaseStats
@@ -515,12 +516,12 @@ func (a *Agent) lateStats(r *cycleRef, ph uint16, m *phase.Matcher) *PhaseStats 
 // onLateSync counts a late wait's call in the cycle it waits for; its
 // return adds the wait there (onSyncExit). Neither the cycle's CPU span
 // nor its timeline take it: the wait runs while later cycles do.
-func (a *Agent) onLateSync(p *process, t *thread, e *bpf.APIEvent, ph uint16, r *cycleRef, st *PhaseStats, m *phase.Matcher) {
+func (a *Agent) onLateSync(p *process, t *thread, e *bpf.APIEvent, ph uint16, r *cycleRef, st *model.PhaseStats, m *phase.Matcher) {
 	st.Syncs++
 	site := a.site(p, e)
 	t.pending = append(t.pending, pendingSync{api: e.API, ktime: e.Ktime, phase: ph, site: site, late: r})
 	if a.opts.OnEvent != nil {
-		ev := Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: kindOf(e.Type), API: e.API.String(),
+		ev := model.Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: kindOf(e.Type), API: e.API.String(),
 			Phase: m.PhaseName(ph), Stream: e.Stream, Handle: e.Handle, Cycle: r.no, Site: site}
 		if r.t != t {
 			ev.CycleTID = r.t.tid
@@ -571,7 +572,7 @@ func (a *Agent) onSyncExit(e *bpf.SyncExit) {
 			t.cycleLast = e.Ktime
 		}
 		if a.opts.OnEvent != nil {
-			ev := Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: "sync_exit", API: e.API.String(),
+			ev := model.Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: "sync_exit", API: e.API.String(),
 				Phase: m.PhaseName(ps.phase), WaitNs: wait, Site: ps.site}
 			if t.inCycle {
 				ev.Cycle = t.cycleNo
@@ -602,7 +603,7 @@ func (a *Agent) lateSyncExit(e *bpf.SyncExit, ps pendingSync, wait int64, m *pha
 		st.SyncSites[ps.site] += wait
 	}
 	if a.opts.OnEvent != nil {
-		ev := Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: "sync_exit", API: e.API.String(),
+		ev := model.Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: "sync_exit", API: e.API.String(),
 			Phase: m.PhaseName(ps.phase), WaitNs: wait, Site: ps.site, Cycle: ps.late.no}
 		if ps.late.t.tid != int(e.TID) {
 			ev.CycleTID = ps.late.t.tid
@@ -618,14 +619,14 @@ func (t *thread) acc(ph uint16, ktime uint64, m *phase.Matcher) *phaseAcc {
 		// Outside cycles there is no span to measure, only counts.
 		pa := t.outside[ph]
 		if pa == nil {
-			pa = &phaseAcc{PhaseStats: PhaseStats{Phase: m.PhaseName(ph)}}
+			pa = &phaseAcc{PhaseStats: model.PhaseStats{Phase: m.PhaseName(ph)}}
 			t.outside[ph] = pa
 		}
 		return pa
 	}
 	pa := t.cur[ph]
 	if pa == nil {
-		pa = &phaseAcc{PhaseStats: PhaseStats{Phase: m.PhaseName(ph)}, first: ktime}
+		pa = &phaseAcc{PhaseStats: model.PhaseStats{Phase: m.PhaseName(ph)}, first: ktime}
 		t.cur[ph] = pa
 	} else if pa.first == 0 { // made by a late wait (lateStats)
 		pa.first = ktime
@@ -697,14 +698,14 @@ func (a *Agent) advanceCycle(p *process, t *thread, ph uint16, cyc uint64, ktime
 type closedCycle struct {
 	no         int
 	spanNs     int64
-	phases     map[uint16]*PhaseStats
+	phases     map[uint16]*model.PhaseStats
 	gpuPending int
 	gpu        bool
 	// The timeline (Options.OnCycle): first and last call per phase, the
 	// builder that GPU records still join, and the trace handed out.
 	spans map[uint16][2]uint64
 	build *cycleBuild
-	trace *CycleTrace
+	trace *model.CycleTrace
 	// first and last call, and the first and last GPU time of its kernels,
 	// for duty-cycled GPU tracing (duty.go)
 	first, last uint64
@@ -750,7 +751,7 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 	if t.cycleLast > p.lastCycleEnd {
 		p.lastCycleEnd = t.cycleLast
 	}
-	cc := &closedCycle{no: t.cycleNo, spanNs: int64(t.cycleLast - t.cycleFirst), phases: map[uint16]*PhaseStats{},
+	cc := &closedCycle{no: t.cycleNo, spanNs: int64(t.cycleLast - t.cycleFirst), phases: map[uint16]*model.PhaseStats{},
 		first: t.cycleFirst, last: t.cycleLast, cut: t.cutCur, lossCut: t.lossCur, holdLate: m.HasLateWaits()}
 	t.cutCur, t.lossCur = false, false
 	if a.tracing() {
@@ -781,7 +782,7 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 		cc.gpu = true
 		for ph := range t.curKeys {
 			if g := t.earlyGPU[ph]; g != nil {
-				cc.phase(ph, m).addGPU(g)
+				cc.phase(ph, m).AddGPU(g)
 			} else {
 				cc.gpuPending++
 			}
@@ -797,7 +798,7 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 	cc.gpuWin = t.earlyGPUWin
 	t.earlyGPUWin = gpuWindow{}
 	cc.lost, t.earlyLost = t.earlyLost, false
-	t.earlyGPU = map[uint16]*PhaseStats{}
+	t.earlyGPU = map[uint16]*model.PhaseStats{}
 	t.closed = append(t.closed, cc)
 	if t.byCycle == nil {
 		t.byCycle = map[int]*closedCycle{}
@@ -806,10 +807,10 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 	a.drain(p, t, m, false)
 }
 
-func (cc *closedCycle) phase(ph uint16, m *phase.Matcher) *PhaseStats {
+func (cc *closedCycle) phase(ph uint16, m *phase.Matcher) *model.PhaseStats {
 	s := cc.phases[ph]
 	if s == nil {
-		s = &PhaseStats{Phase: m.PhaseName(ph)}
+		s = &model.PhaseStats{Phase: m.PhaseName(ph)}
 		cc.phases[ph] = s
 	}
 	return s
@@ -871,20 +872,20 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 		t.winGPU = t.winGPU || cc.gpu
 		t.gpu = t.gpu || cc.gpu
 		for ph, st := range cc.phases {
-			for _, dst := range []map[uint16]*PhaseStats{t.win, t.total} {
+			for _, dst := range []map[uint16]*model.PhaseStats{t.win, t.total} {
 				s := dst[ph]
 				if s == nil {
-					s = &PhaseStats{Phase: st.Phase}
+					s = &model.PhaseStats{Phase: st.Phase}
 					dst[ph] = s
 				}
-				s.add(st)
+				s.Add(st)
 			}
 		}
 		if a.opts.Interval > 0 && cc.no-t.winFirst+1 >= a.opts.Interval {
-			w := &Window{PID: p.pid, TID: t.tid, FirstCycle: t.winFirst, LastCycle: cc.no, CycleNs: t.winNs, GPU: t.winGPU,
+			w := &model.Window{PID: p.pid, TID: t.tid, FirstCycle: t.winFirst, LastCycle: cc.no, CycleNs: t.winNs, GPU: t.winGPU,
 				Untraced: t.winUntraced,
 				Phases:   sortedStats(t.win, func(id uint16) int { return a.phaseOrder(id, m) })}
-			t.win = map[uint16]*PhaseStats{}
+			t.win = map[uint16]*model.PhaseStats{}
 			t.winNs = 0
 			t.winUntraced = 0
 			t.winGPU = false
@@ -910,14 +911,15 @@ func (p *process) closeCycles(a *Agent) {
 	p.recorded = nil
 }
 
-func (p *process) report(a *Agent) *ProcessReport {
+func (p *process) report(a *Agent) *model.ProcessReport {
 	m := a.matcherOf(p)
 	r := *p.rep
 	r.Threads = nil
-	r.GPU = a.gpu.snapshot(p.pid)
+	var libProblem string
+	r.GPU, libProblem = a.gpu.snapshot(p.pid)
 	r.Version = a.versionCheck(p)
 	r.Attribution = p.attr.report(a.gpu.connected(p.pid))
-	if msg := r.GPU.libProblem(); msg != "" {
+	if msg := libProblem; msg != "" {
 		r.Problems = append(slices.Clip(r.Problems), msg)
 	}
 	if d := a.duty[p.pid]; d != nil {
@@ -931,19 +933,19 @@ func (p *process) report(a *Agent) *ProcessReport {
 		if conn { // its library connected after those cycles: their GPU work is unknown
 			partial += t.preConn
 		}
-		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, NSTID: t.nsTID, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: partial, GPULost: t.gpuLost, ProbeCut: t.probeCut, LossCut: t.lossCut, LostWhole: t.lostWhole,
+		r.Threads = append(r.Threads, &model.ThreadReport{TID: t.tid, NSTID: t.nsTID, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: partial, GPULost: t.gpuLost, ProbeCut: t.probeCut, LossCut: t.lossCut, LostWhole: t.lostWhole,
 			Phases: sortedStats(t.total, order), Outside: sortedStats(outsideStats(t.outside), order), Calls: t.calls, Resolved: t.resolved})
 	}
 	sort.Slice(r.Threads, func(i, j int) bool { return r.Threads[i].TID < r.Threads[j].TID })
 	return &r
 }
 
-func sortProcesses(ps []*ProcessReport) {
+func sortProcesses(ps []*model.ProcessReport) {
 	sort.Slice(ps, func(i, j int) bool { return ps[i].PID < ps[j].PID })
 }
 
-func outsideStats(m map[uint16]*phaseAcc) map[uint16]*PhaseStats {
-	out := make(map[uint16]*PhaseStats, len(m))
+func outsideStats(m map[uint16]*phaseAcc) map[uint16]*model.PhaseStats {
+	out := make(map[uint16]*model.PhaseStats, len(m))
 	for k, v := range m {
 		s := v.PhaseStats
 		out[k] = &s

@@ -3,6 +3,8 @@ package agent
 import (
 	"slices"
 	"sort"
+
+	"github.com/specprof/specprof/model"
 )
 
 // Tensor-parallel ranks traced by one session: which rank arrives last at
@@ -24,67 +26,16 @@ import (
 // rank alone (data-parallel replicas, each with its own TP0, would be
 // taken for restarts of one another: trace one replica per session).
 
-// RankStats is one rank's part in the collectives compared across ranks.
-type RankStats struct {
-	Rank        int   `json:"rank"`
-	PID         int   `json:"pid"`
-	Cycles      int   `json:"cycles_compared"`
-	Collectives int64 `json:"collectives_compared"`
-	// LastArrivals counts the collectives this rank reached last.
-	LastArrivals int64 `json:"last_arrivals"`
-	// WaitImposedNs sums, over those, how much later it arrived than the
-	// first rank: under NCCL, how long the first rank's kernel waited.
-	WaitImposedNs int64 `json:"wait_imposed_ns"`
-	// StragglerCycles counts the cycles in which this rank was the
-	// straggler (CycleTP.Straggler).
-	StragglerCycles int `json:"straggler_cycles"`
-	// Uncompared counts this rank's cycles with collectives that no other
-	// rank matched (handed on without a comparison).
-	Uncompared int `json:"cycles_uncompared,omitempty"`
-}
-
-// CycleTP compares one cycle across the tensor-parallel ranks: the same
-// cycle number on every rank, collectives matched by order.
-type CycleTP struct {
-	Ranks       int `json:"ranks"`       // ranks compared
-	Collectives int `json:"collectives"` // collectives compared
-	// Straggler is the rank that arrived last at most of the cycle's
-	// collectives (a tie goes to the one that was later in total).
-	Straggler int `json:"straggler"`
-	// SpreadNs sums, over the collectives, last minus first arrival: how
-	// long the earliest rank waited in this cycle.
-	SpreadNs int64 `json:"spread_ns"`
-	// WaitNs sums, over the collectives, how long this rank waited for the
-	// last one to arrive (0 for a rank that was last at every collective).
-	WaitNs int64 `json:"wait_ns"`
-}
-
-// Arrival compares one collective's arrival across the ranks.
-//
-// A rank arrives at a collective when its kernel starts on its GPU: an
-// early rank's kernel then waits inside for the last one. The CPU call
-// (when the kernel is not known on every rank, e.g. outside GPU tracing
-// windows) says only when each rank issued the call: NCCL calls do not
-// block, so CPUs of ranks can be apart by up to the work queued ahead of
-// the GPUs without anyone waiting. Clock says which was compared: every
-// rank's figure comes from the same one.
-type Arrival struct {
-	LastRank int    `json:"last_rank"` // the rank that arrived last
-	WaitNs   int64  `json:"wait_ns"`   // how long after this rank the last one arrived
-	SpreadNs int64  `json:"spread_ns"` // last minus first arrival
-	Clock    string `json:"clock"`     // "gpu": kernel starts; "cpu": call times
-}
-
 // heldCycle is a rank's cycle waiting for the other ranks' same cycle.
 type heldCycle struct {
-	tr       *CycleTrace
+	tr       *model.CycleTrace
 	cpu, gpu []uint64 // collective call times and kernel starts (0: unknown), in order
-	col      []*Collective
+	col      []*model.Collective
 }
 
 // rankTrack holds one rank's cycles not yet compared.
 type rankTrack struct {
-	stats   RankStats
+	stats   model.RankStats
 	tid     int // the thread whose cycles are compared (the first to close one)
 	pending map[int]*heldCycle
 	newest  int
@@ -99,7 +50,7 @@ const maxHeldCycles = 2048
 
 // deliverCycle hands a finished cycle to Options.OnCycle, through the
 // cross-rank comparison.
-func (a *Agent) deliverCycle(tr *CycleTrace) {
+func (a *Agent) deliverCycle(tr *model.CycleTrace) {
 	for _, t := range a.rankCycle(tr) {
 		a.opts.OnCycle(t)
 	}
@@ -107,7 +58,7 @@ func (a *Agent) deliverCycle(tr *CycleTrace) {
 
 // arrivals lists the cycle's collectives in order with their call times and
 // kernel starts, and the largest communicator among them.
-func arrivals(tr *CycleTrace) (cpu, gpu []uint64, cols []*Collective, ranks int) {
+func arrivals(tr *model.CycleTrace) (cpu, gpu []uint64, cols []*model.Collective, ranks int) {
 	for _, ph := range tr.Phases {
 		for i := range ph.Collectives {
 			c := &ph.Collectives[i]
@@ -123,24 +74,24 @@ func arrivals(tr *CycleTrace) (cpu, gpu []uint64, cols []*Collective, ranks int)
 // rankCycle records a drained cycle and returns the cycles to hand on now,
 // in order: tr itself when it is not compared across ranks, else every
 // rank's cycle once all have it, and cycles given up on.
-func (a *Agent) rankCycle(tr *CycleTrace) []*CycleTrace {
+func (a *Agent) rankCycle(tr *model.CycleTrace) []*model.CycleTrace {
 	if tr.Rank < 0 {
-		return []*CycleTrace{tr}
+		return []*model.CycleTrace{tr}
 	}
 	cpu, gpu, cols, want := arrivals(tr)
 	if len(cpu) == 0 || want < 2 {
-		return []*CycleTrace{tr}
+		return []*model.CycleTrace{tr}
 	}
 	if a.ranks == nil {
 		a.ranks = map[int]*rankTrack{}
 	}
-	var out []*CycleTrace
+	var out []*model.CycleTrace
 	rt := a.ranks[tr.Rank]
 	if rt == nil || rt.stats.PID != tr.PID {
 		if rt != nil { // the rank restarted: what its old process left is final
 			out = rt.release(out, func(int) bool { return true })
 		}
-		rt = &rankTrack{stats: RankStats{Rank: tr.Rank, PID: tr.PID}, tid: tr.TID, pending: map[int]*heldCycle{}}
+		rt = &rankTrack{stats: model.RankStats{Rank: tr.Rank, PID: tr.PID}, tid: tr.TID, pending: map[int]*heldCycle{}}
 		a.ranks[tr.Rank] = rt
 	}
 	if tr.TID != rt.tid {
@@ -227,7 +178,7 @@ func compareCycle(tracks []*rankTrack, held []*heldCycle) {
 		for k, h := range held {
 			w := int64(last - at[k])
 			waits[k] += w
-			h.col[i].Arrival = &Arrival{LastRank: tracks[li].stats.Rank, WaitNs: w, SpreadNs: d, Clock: clock}
+			h.col[i].Arrival = &model.Arrival{LastRank: tracks[li].stats.Rank, WaitNs: w, SpreadNs: d, Clock: clock}
 		}
 	}
 	s := 0
@@ -240,14 +191,14 @@ func compareCycle(tracks []*rankTrack, held []*heldCycle) {
 	for k, o := range tracks {
 		o.stats.Cycles++
 		o.stats.Collectives += int64(n)
-		held[k].tr.TP = &CycleTP{Ranks: len(held), Collectives: n, Straggler: tracks[s].stats.Rank,
+		held[k].tr.TP = &model.CycleTP{Ranks: len(held), Collectives: n, Straggler: tracks[s].stats.Rank,
 			SpreadNs: spread, WaitNs: waits[k]}
 	}
 }
 
 // release appends the held cycles that drop says to give up on, in cycle
 // order, counting them uncompared.
-func (rt *rankTrack) release(out []*CycleTrace, drop func(cycle int) bool) []*CycleTrace {
+func (rt *rankTrack) release(out []*model.CycleTrace, drop func(cycle int) bool) []*model.CycleTrace {
 	var cs []int
 	for c := range rt.pending {
 		if drop(c) {
@@ -276,7 +227,7 @@ func (a *Agent) rankTracks() []*rankTrack {
 // flushRanks hands on every cycle still held (at the end of a session), by
 // cycle then rank.
 func (a *Agent) flushRanks() {
-	var held []*CycleTrace
+	var held []*model.CycleTrace
 	for _, rt := range a.rankTracks() {
 		held = rt.release(held, func(int) bool { return true })
 	}
@@ -287,11 +238,11 @@ func (a *Agent) flushRanks() {
 }
 
 // rankReport lists the ranks compared, by rank.
-func (a *Agent) rankReport() []*RankStats {
+func (a *Agent) rankReport() []*model.RankStats {
 	if len(a.ranks) < 2 {
 		return nil
 	}
-	out := make([]*RankStats, 0, len(a.ranks))
+	out := make([]*model.RankStats, 0, len(a.ranks))
 	for _, rt := range a.rankTracks() {
 		s := rt.stats
 		out = append(out, &s)

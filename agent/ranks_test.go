@@ -3,6 +3,8 @@ package agent
 import (
 	"fmt"
 	"testing"
+
+	"github.com/specprof/specprof/model"
 )
 
 // TestRanks: collectives of two ranks are compared by cycle and order; the
@@ -12,15 +14,15 @@ import (
 // uncompared; a single rank, or collectives over one rank, give no
 // comparison.
 func TestRanks(t *testing.T) {
-	var got []*CycleTrace
-	a := &Agent{opts: Options{OnCycle: func(c *CycleTrace) { got = append(got, c) }}}
-	cyc := func(rank, pid, no int, starts ...uint64) *CycleTrace {
-		ph := &PhaseTrace{Phase: "spec.verify"}
+	var got []*model.CycleTrace
+	a := &Agent{opts: Options{OnCycle: func(c *model.CycleTrace) { got = append(got, c) }}}
+	cyc := func(rank, pid, no int, starts ...uint64) *model.CycleTrace {
+		ph := &model.PhaseTrace{Phase: "spec.verify"}
 		for _, s := range starts {
-			ph.Collectives = append(ph.Collectives, Collective{Op: "AllReduce", API: "ncclAllReduce", Time: s - 50,
+			ph.Collectives = append(ph.Collectives, model.Collective{Op: "AllReduce", API: "ncclAllReduce", Time: s - 50,
 				GPUStart: s, GPUEnd: s + 10, Ranks: 2})
 		}
-		return &CycleTrace{PID: pid, TID: pid, Rank: rank, Cycle: no, Phases: []*PhaseTrace{ph}}
+		return &model.CycleTrace{PID: pid, TID: pid, Rank: rank, Cycle: no, Phases: []*model.PhaseTrace{ph}}
 	}
 	emitted := func(want ...string) {
 		t.Helper()
@@ -39,7 +41,7 @@ func TestRanks(t *testing.T) {
 		got = nil
 	}
 	// Not compared: no rank, one rank in the communicator.
-	a.deliverCycle(&CycleTrace{Rank: -1, Cycle: 1})
+	a.deliverCycle(&model.CycleTrace{Rank: -1, Cycle: 1})
 	single := cyc(0, 100, 1, 10)
 	single.Phases[0].Collectives[0].Ranks = 1
 	a.deliverCycle(single)
@@ -86,7 +88,7 @@ func TestRanks(t *testing.T) {
 		t.Errorf("straggler cycles: rank 0 %d, rank 1 %d", r0.StragglerCycles, r1.StragglerCycles)
 	}
 	// A thread of a rank other than the one compared is handed on at once.
-	a.deliverCycle(&CycleTrace{PID: 100, TID: 101, Rank: 0, Cycle: 9, Phases: cyc(0, 100, 9, 1).Phases})
+	a.deliverCycle(&model.CycleTrace{PID: 100, TID: 101, Rank: 0, Cycle: 9, Phases: cyc(0, 100, 9, 1).Phases})
 	emitted("0/9")
 	// Rank 1 skips cycle 4: rank 0's cycle 3 goes on uncompared before
 	// cycle 4 of both.
@@ -114,11 +116,11 @@ func TestRanks(t *testing.T) {
 // TestRanksClock: a collective is compared on kernel starts only when every
 // rank has one; else on every rank's call time (never a mix of the two).
 func TestRanksClock(t *testing.T) {
-	var got []*CycleTrace
-	a := &Agent{opts: Options{OnCycle: func(c *CycleTrace) { got = append(got, c) }}}
-	mk := func(rank int, call, start uint64) *CycleTrace {
-		return &CycleTrace{PID: 100 + rank, TID: 100 + rank, Rank: rank, Cycle: 1, Phases: []*PhaseTrace{{Phase: "spec.verify",
-			Collectives: []Collective{{Op: "AllReduce", Time: call, GPUStart: start, Ranks: 2}}}}}
+	var got []*model.CycleTrace
+	a := &Agent{opts: Options{OnCycle: func(c *model.CycleTrace) { got = append(got, c) }}}
+	mk := func(rank int, call, start uint64) *model.CycleTrace {
+		return &model.CycleTrace{PID: 100 + rank, TID: 100 + rank, Rank: rank, Cycle: 1, Phases: []*model.PhaseTrace{{Phase: "spec.verify",
+			Collectives: []model.Collective{{Op: "AllReduce", Time: call, GPUStart: start, Ranks: 2}}}}}
 	}
 	// Rank 0 called first but its kernel is not known (outside a GPU
 	// window); rank 1's kernel started long after both calls.

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/agent/proc"
 	"github.com/specprof/specprof/agent/python"
@@ -30,21 +32,6 @@ import (
 // between a cycle's last call and the next cycle's first call that cannot be
 // told apart by these rules stay in the earlier cycle.
 
-// SamplerStats counts the CPU sampler's samples over the session.
-type SamplerStats struct {
-	Samples int64 `json:"samples"`
-	CPUNs   int64 `json:"cpu_ns"` // CPU time they stand for
-	Python  int64 `json:"in_python"`
-	Kernel  int64 `json:"in_kernel"` // taken in a system call or fault (the native leaf is the call site)
-	// Samples without a Python stack: threads without Python state (native
-	// threads), processes whose interpreter is not known (yet), and walks
-	// that failed or were cut short.
-	NoThreadState int64 `json:"no_thread_state"`
-	NoPython      int64 `json:"no_python"`
-	ReadErrors    int64 `json:"frame_read_errors"`
-	Truncated     int64 `json:"stacks_truncated"`
-}
-
 // procSamples is a process's sampler state.
 type procSamples struct {
 	lastDiscover time.Time // last attempt to learn the interpreter from a sample
@@ -57,8 +44,8 @@ type threadSamples map[int]*cycleSamples
 
 // cycleSamples are the samples of one cycle, per phase.
 type cycleSamples struct {
-	in    map[uint16]*PhaseStats // taken while the cycle was open
-	early map[uint16]*PhaseStats // taken before it opened (also counted outside cycles until it closes)
+	in    map[uint16]*model.PhaseStats // taken while the cycle was open
+	early map[uint16]*model.PhaseStats // taken before it opened (also counted outside cycles until it closes)
 }
 
 // discoverEvery bounds how often samples of a process whose interpreter is
@@ -126,7 +113,7 @@ func (a *Agent) onSample(s *bpf.Sample) {
 	if a.opts.OnSample == nil {
 		return
 	}
-	cs := &CPUSample{PID: int(s.PID), TID: int(s.TID), Time: s.Ktime, Phase: m.PhaseName(ph), Cycle: cycle, Weight: w}
+	cs := &model.CPUSample{PID: int(s.PID), TID: int(s.TID), Time: s.Ktime, Phase: m.PhaseName(ph), Cycle: cycle, Weight: w}
 	if t != nil {
 		cs.Stack = a.sampleStack(p, &py)
 	}
@@ -146,7 +133,7 @@ func (a *Agent) countSample(t *thread, ph uint16, cyc uint64, w int64, m *phase.
 		}
 		cs := t.smp[cycle]
 		if cs == nil {
-			cs = &cycleSamples{in: map[uint16]*PhaseStats{}, early: map[uint16]*PhaseStats{}}
+			cs = &cycleSamples{in: map[uint16]*model.PhaseStats{}, early: map[uint16]*model.PhaseStats{}}
 			t.smp[cycle] = cs
 		}
 		dst := cs.in
@@ -155,7 +142,7 @@ func (a *Agent) countSample(t *thread, ph uint16, cyc uint64, w int64, m *phase.
 		}
 		s := dst[ph]
 		if s == nil {
-			s = &PhaseStats{Phase: m.PhaseName(ph)}
+			s = &model.PhaseStats{Phase: m.PhaseName(ph)}
 			dst[ph] = s
 		}
 		s.CPUSamples++
@@ -164,7 +151,7 @@ func (a *Agent) countSample(t *thread, ph uint16, cyc uint64, w int64, m *phase.
 	outside := func() {
 		pa := t.outside[ph]
 		if pa == nil {
-			pa = &phaseAcc{PhaseStats: PhaseStats{Phase: m.PhaseName(ph)}}
+			pa = &phaseAcc{PhaseStats: model.PhaseStats{Phase: m.PhaseName(ph)}}
 			t.outside[ph] = pa
 		}
 		pa.CPUSamples++
@@ -217,7 +204,7 @@ func (a *Agent) foldSamples(t *thread, cc *closedCycle, m *phase.Matcher) {
 		if pa := t.outside[ph]; pa != nil {
 			pa.CPUSamples -= s.CPUSamples
 			pa.CPUNs -= s.CPUNs
-			if reflect.DeepEqual(pa.PhaseStats, PhaseStats{Phase: pa.Phase}) {
+			if reflect.DeepEqual(pa.PhaseStats, model.PhaseStats{Phase: pa.Phase}) {
 				delete(t.outside, ph)
 			}
 		}
@@ -227,18 +214,18 @@ func (a *Agent) foldSamples(t *thread, cc *closedCycle, m *phase.Matcher) {
 // sampleStack symbolizes a sample's Python frames, innermost first; the
 // innermost carries the line being executed, the others their function's
 // first line.
-func (a *Agent) sampleStack(p *process, py *bpf.Py) []Frame {
+func (a *Agent) sampleStack(p *process, py *bpf.Py) []model.Frame {
 	if p.sym == nil {
 		return nil
 	}
-	out := make([]Frame, len(py.Frames))
+	out := make([]model.Frame, len(py.Frames))
 	for i, code := range py.Frames {
 		c, err := p.sym.Code(code)
 		if err != nil {
-			out[i] = Frame{Func: fmt.Sprintf("[code object %#x]", code)}
+			out[i] = model.Frame{Func: fmt.Sprintf("[code object %#x]", code)}
 			continue
 		}
-		out[i] = Frame{Func: c.Qualname, File: c.Filename, Line: c.FirstLine}
+		out[i] = model.Frame{Func: c.Qualname, File: c.Filename, Line: c.FirstLine}
 		if i == 0 && code == py.LeafCode {
 			if l := p.sym.Line(c, py.LeafInstr); l > 0 {
 				out[i].Line = l

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/bpf"
 	"github.com/specprof/specprof/internal/testenv"
@@ -55,8 +57,8 @@ func cpuPhasesPreset(t *testing.T) *phase.Preset {
 // count only in the sampler's totals.
 func TestSampleCycles(t *testing.T) {
 	preset := cpuPhasesPreset(t)
-	var samples []*CPUSample
-	a, err := New(noProbes{}, Options{Preset: preset, OnSample: func(s *CPUSample) { samples = append(samples, s) }})
+	var samples []*model.CPUSample
+	a, err := New(noProbes{}, Options{Preset: preset, OnSample: func(s *model.CPUSample) { samples = append(samples, s) }})
 	if err != nil {
 		t.Fatal(err)
 	}

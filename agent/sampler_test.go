@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/bpf"
@@ -105,7 +107,7 @@ type sampledAgent struct {
 	tr      *bpf.Tracer
 	ag      *agent.Agent
 	mu      sync.Mutex
-	samples []*agent.CPUSample
+	samples []*model.CPUSample
 	cancel  context.CancelFunc
 	done    chan error
 }
@@ -117,7 +119,7 @@ func newSampledAgent(t testing.TB, preset *phase.Preset, pid int) *sampledAgent 
 		t.Fatal(err)
 	}
 	s := &sampledAgent{tr: tr, done: make(chan error, 1)}
-	s.ag, err = agent.New(tr, agent.Options{Preset: preset, OnSample: func(c *agent.CPUSample) {
+	s.ag, err = agent.New(tr, agent.Options{Preset: preset, OnSample: func(c *model.CPUSample) {
 		s.mu.Lock()
 		s.samples = append(s.samples, c)
 		s.mu.Unlock()
@@ -137,7 +139,7 @@ func newSampledAgent(t testing.TB, preset *phase.Preset, pid int) *sampledAgent 
 }
 
 // finish stops the sampler, drains the ring buffer and closes the cycles.
-func (s *sampledAgent) finish(t testing.TB) *agent.Report {
+func (s *sampledAgent) finish(t testing.TB) *model.Report {
 	t.Helper()
 	s.tr.StopSampler()
 	s.cancel()
@@ -299,7 +301,7 @@ func checkSampledPhases(t *testing.T, python string, preset *phase.Preset) {
 
 	// The report: every Python sample of the main thread counted once, in
 	// its cycle or outside; per phase, the CPU time the workload measured.
-	var th *agent.ThreadReport
+	var th *model.ThreadReport
 	for _, p := range rep.Processes {
 		for _, x := range p.Threads {
 			if x.TID == w.tid {

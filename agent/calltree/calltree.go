@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/specprof/specprof/model"
 )
 
 // FileName is the call tree's file in a session's output directory.
-const FileName = "calltree.json"
+const FileName = model.CallTreeFile
 
 // FormatVersion is the version of the file's format.
 const FormatVersion = 1

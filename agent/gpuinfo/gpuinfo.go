@@ -6,15 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
-
-// Device is one GPU.
-type Device struct {
-	Index int    `json:"index"`
-	Name  string `json:"name"`
-	UUID  string `json:"uuid"`
-}
 
 // ErrUnavailable is wrapped by the errors of a Registry whose NVML could not
 // be loaded or initialized (no NVIDIA driver on the host).
@@ -28,7 +23,7 @@ type Registry struct {
 	mu      sync.Mutex
 	initErr error
 	inited  bool
-	devices []Device
+	devices []model.Device
 	handles []nvml.Device
 	byPID   map[int][]int // device indexes per pid, from the last refresh
 	last    time.Time
@@ -65,7 +60,7 @@ func (r *Registry) init() error {
 		if ret != nvml.SUCCESS {
 			continue
 		}
-		d := Device{Index: i}
+		d := model.Device{Index: i}
 		if s, ret := h.GetName(); ret == nvml.SUCCESS {
 			d.Name = s
 		}
@@ -79,18 +74,18 @@ func (r *Registry) init() error {
 }
 
 // Devices lists the host's GPUs.
-func (r *Registry) Devices() ([]Device, error) {
+func (r *Registry) Devices() ([]model.Device, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.init(); err != nil {
 		return nil, err
 	}
-	return append([]Device(nil), r.devices...), nil
+	return append([]model.Device(nil), r.devices...), nil
 }
 
 // ForPID returns the GPUs on which process pid has a compute context. A pid
 // not seen yet triggers a refresh at most every MinRefresh.
-func (r *Registry) ForPID(pid int) ([]Device, error) {
+func (r *Registry) ForPID(pid int) ([]model.Device, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.init(); err != nil {
@@ -101,7 +96,7 @@ func (r *Registry) ForPID(pid int) ([]Device, error) {
 		r.refresh()
 		idx = r.byPID[pid]
 	}
-	out := make([]Device, 0, len(idx))
+	out := make([]model.Device, 0, len(idx))
 	for _, i := range idx {
 		out = append(out, r.devices[i])
 	}

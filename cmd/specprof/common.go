@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
@@ -121,7 +123,7 @@ type session struct {
 
 	gpus   *gpuinfo.Registry // nil without NVML
 	sinks  []sink
-	clock  agent.Clock // monotonic → wall, measured once for every sink
+	clock  model.Clock // monotonic → wall, measured once for every sink
 	detail bool        // a sink wants individual GPU records (agent.Options.Detail)
 	// bpfStats: SPECPROF_BPF_STATS=1, the kernel's run-time statistics of
 	// the probes' programs, logged at the end (a diagnostic of their cost).
@@ -252,7 +254,7 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 		s.gpus = gpus
 	}
 	if !f.quiet && f.interval > 0 {
-		opts.OnWindow = func(w *agent.Window) {
+		opts.OnWindow = func(w *model.Window) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			_ = summary.WriteWindow(s.out, fmt.Sprintf("[specprof] pid %d", w.PID), w, s.layout)
@@ -265,7 +267,7 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 		opts.OnKernel = s.evEnc.kernel
 		opts.OnAPI = s.evEnc.api
 	}
-	s.clock = agent.NewClock()
+	s.clock = model.NewClock()
 	for _, k := range sinkKinds {
 		sk, err := k.make(s)
 		if err != nil {
@@ -279,13 +281,13 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 	opts.Detail = s.detail
 	// Cycle timelines are built even without a sink that takes them: the
 	// report's comparison of tensor-parallel ranks is made from them.
-	opts.OnCycle = func(c *agent.CycleTrace) {
+	opts.OnCycle = func(c *model.CycleTrace) {
 		for _, sk := range s.sinks {
 			sk.cycle(c)
 		}
 	}
 	if len(s.sinks) > 0 {
-		opts.OnSample = func(c *agent.CPUSample) {
+		opts.OnSample = func(c *model.CPUSample) {
 			for _, sk := range s.sinks {
 				sk.sample(c)
 			}
@@ -512,7 +514,7 @@ func (s *session) finish() error {
 }
 
 // writeReportJSON writes the report to report.json in the output directory.
-func (s *session) writeReportJSON(r *agent.Report) (string, error) {
+func (s *session) writeReportJSON(r *model.Report) (string, error) {
 	f, err := s.dir.create(summary.JSONFile)
 	if err != nil {
 		return "", err
@@ -628,7 +630,7 @@ func (s *session) statusLines(done <-chan struct{}) {
 	}
 }
 
-func anyLibrary(r *agent.Report) bool {
+func anyLibrary(r *model.Report) bool {
 	for _, p := range r.Processes {
 		if len(p.Libraries) > 0 {
 			return true
@@ -699,7 +701,7 @@ func (s *session) writeSpecWindow() {
 	fmt.Fprintf(s.out, "%s (%d %s samples)\n", line, w.Samples, s.specSrc)
 }
 
-func (s *session) specTotal() *agent.SpecMetrics {
+func (s *session) specTotal() *model.SpecMetrics {
 	if s.spec == nil {
 		return nil
 	}
@@ -707,7 +709,7 @@ func (s *session) specTotal() *agent.SpecMetrics {
 	if !t.HasAccept && !t.HasTok && s.specLinesDropped == 0 {
 		return nil
 	}
-	m := &agent.SpecMetrics{Source: s.specSrc, Samples: t.Samples,
+	m := &model.SpecMetrics{Source: s.specSrc, Samples: t.Samples,
 		LogLinesDropped: s.specLinesDropped, LogBytesDropped: s.specBytesDropped}
 	if !math.IsNaN(t.AcceptLen) {
 		v := t.AcceptLen

@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/cupti"
 	"github.com/specprof/specprof/cupti/cuptitest"
 	"github.com/specprof/specprof/internal/testenv"
@@ -209,7 +210,7 @@ func TestRunKilledTargetLibDropsUnknown(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var p *agent.ProcessReport
+			var p *model.ProcessReport
 			if len(rep.Processes) > 0 {
 				p = rep.Processes[0]
 			}
@@ -246,7 +247,7 @@ func TestRunExportLossInReport(t *testing.T) {
 		t.Fatalf("specprof run: %v\n%s", err, out)
 	}
 	rep := readReport(t, dir)
-	got := map[string]*agent.ExportStats{}
+	got := map[string]*model.ExportStats{}
 	for _, e := range rep.Exports {
 		got[e.Exporter] = e
 	}

@@ -7,9 +7,9 @@ import (
 	"os"
 	"text/tabwriter"
 
-	"github.com/spf13/cobra"
+	"github.com/specprof/specprof/model"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/spf13/cobra"
 )
 
 func newDiffCmd() *cobra.Command {
@@ -31,12 +31,12 @@ func newDiffCmd() *cobra.Command {
 	}
 }
 
-func loadReport(path string) (*agent.Report, error) {
+func loadReport(path string) (*model.Report, error) {
 	f, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read report: %w", err)
 	}
-	var r agent.Report
+	var r model.Report
 	if err := json.Unmarshal(f, &r); err != nil {
 		return nil, fmt.Errorf("report %s: %w (is it a specprof report.json?)", path, err)
 	}
@@ -48,12 +48,12 @@ func loadReport(path string) (*agent.Report, error) {
 type perCycle struct {
 	cycles  int
 	cycleNs float64
-	phases  map[string]*agent.PhaseStats
+	phases  map[string]*model.PhaseStats
 	order   []string
 }
 
-func summarize(r *agent.Report) perCycle {
-	pc := perCycle{phases: map[string]*agent.PhaseStats{}}
+func summarize(r *model.Report) perCycle {
+	pc := perCycle{phases: map[string]*model.PhaseStats{}}
 	for _, p := range r.Processes {
 		for _, t := range p.Threads {
 			if t.Cycles == 0 {
@@ -64,7 +64,7 @@ func summarize(r *agent.Report) perCycle {
 			for _, ph := range t.Phases {
 				s := pc.phases[ph.Phase]
 				if s == nil {
-					s = &agent.PhaseStats{Phase: ph.Phase}
+					s = &model.PhaseStats{Phase: ph.Phase}
 					pc.phases[ph.Phase] = s
 					pc.order = append(pc.order, ph.Phase)
 				}
@@ -81,7 +81,7 @@ func summarize(r *agent.Report) perCycle {
 	return pc
 }
 
-func writeDiff(w io.Writer, an, bn string, a, b *agent.Report) error {
+func writeDiff(w io.Writer, an, bn string, a, b *model.Report) error {
 	sa, sb := summarize(a), summarize(b)
 	if sa.cycles == 0 || sb.cycles == 0 {
 		return fmt.Errorf("diff needs cycles in both reports (A: %d, B: %d): were they made with the right preset?", sa.cycles, sb.cycles)
@@ -107,10 +107,10 @@ func writeDiff(w io.Writer, an, bn string, a, b *agent.Report) error {
 		seen[n] = true
 		pa, pb := sa.phases[n], sb.phases[n]
 		if pa == nil {
-			pa = &agent.PhaseStats{}
+			pa = &model.PhaseStats{}
 		}
 		if pb == nil {
-			pb = &agent.PhaseStats{}
+			pb = &model.PhaseStats{}
 		}
 		ca, cb := float64(sa.cycles), float64(sb.cycles)
 		if pa.GPUBusyNs+pb.GPUBusyNs > 0 {

@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
 )
 
 func TestDiff(t *testing.T) {
-	mk := func(cycles int, busy int64) *agent.Report {
-		return &agent.Report{Processes: []*agent.ProcessReport{{Threads: []*agent.ThreadReport{{
+	mk := func(cycles int, busy int64) *model.Report {
+		return &model.Report{Processes: []*model.ProcessReport{{Threads: []*model.ThreadReport{{
 			Cycles: cycles, CycleNs: int64(cycles) * 2e6,
-			Phases: []*agent.PhaseStats{{Phase: "spec.draft", GPUBusyNs: busy, GPUKernels: int64(cycles) * 4, Launches: int64(cycles)}},
+			Phases: []*model.PhaseStats{{Phase: "spec.draft", GPUBusyNs: busy, GPUKernels: int64(cycles) * 4, Launches: int64(cycles)}},
 		}}}}}
 	}
 	var b strings.Builder

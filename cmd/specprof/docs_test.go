@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
 )
 
 // jsonNames returns the JSON field names of t and of every struct it holds,
@@ -45,7 +45,7 @@ func TestREADMEAndReferenceDocs(t *testing.T) {
 	}
 	names := map[string]string{}
 	seen := map[reflect.Type]bool{}
-	for _, v := range []any{agent.Report{}, agent.CycleTrace{}, eventLine{}, kernelLine{}, apiLine{}} {
+	for _, v := range []any{model.Report{}, model.CycleTrace{}, eventLine{}, kernelLine{}, apiLine{}} {
 		jsonNames(reflect.TypeOf(v), seen, names)
 	}
 	for name, field := range names {

@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/internal/testenv"
 )
 
@@ -117,9 +118,9 @@ func testCUPTIDuty(t *testing.T, detach bool, env ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mainCycles []agent.CycleTrace
+	var mainCycles []model.CycleTrace
 	for _, line := range strings.Split(strings.TrimSpace(string(f)), "\n") {
-		var c agent.CycleTrace
+		var c model.CycleTrace
 		if err := json.Unmarshal([]byte(line), &c); err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +193,7 @@ func unionNs(xs [][2]uint64) int64 {
 
 // checkDetach checks what the mock CUPTI saw of the library's detaches and
 // what the report says of them.
-func checkDetach(t *testing.T, detach bool, rep *agent.Report, mockStats string, out []byte) {
+func checkDetach(t *testing.T, detach bool, rep *model.Report, mockStats string, out []byte) {
 	t.Helper()
 	m := readDutyMockStats(t, mockStats)
 	g := rep.Processes[0].GPU
@@ -252,9 +253,9 @@ func readDutyMockStats(t *testing.T, path string) dutyMockStats {
 
 // checkPartlyTraced: the process's main thread ran cycles cycles, some of
 // them outside the tracing windows and some inside.
-func checkPartlyTraced(t *testing.T, p *agent.ProcessReport, cycles int) {
+func checkPartlyTraced(t *testing.T, p *model.ProcessReport, cycles int) {
 	t.Helper()
-	var main *agent.ThreadReport
+	var main *model.ThreadReport
 	for _, th := range p.Threads {
 		if th.TID == p.PID {
 			main = th
@@ -268,14 +269,14 @@ func checkPartlyTraced(t *testing.T, p *agent.ProcessReport, cycles int) {
 // runGraphMock runs the graph workload for cycles under specprof run with
 // flags, on the stand-in libcuda and the mock CUPTI (env added to the
 // target's), and returns the report, what the mock CUPTI did and the output.
-func runGraphMock(t *testing.T, cycles int, env []string, flags ...string) (agent.Report, dutyMockStats, []byte) {
+func runGraphMock(t *testing.T, cycles int, env []string, flags ...string) (model.Report, dutyMockStats, []byte) {
 	t.Helper()
 	return runMock(t, []string{"--cycles", fmt.Sprint(cycles), "--mode", "graph"}, env, flags...)
 }
 
 // runMock runs sglang_demo.py with workload args under specprof run with
 // flags, as runGraphMock.
-func runMock(t *testing.T, workload, env []string, flags ...string) (agent.Report, dutyMockStats, []byte) {
+func runMock(t *testing.T, workload, env []string, flags ...string) (model.Report, dutyMockStats, []byte) {
 	t.Helper()
 	injLib, mockCupti, std, bin, root := standins(t)
 	dir := t.TempDir()

@@ -11,9 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/ianlancetaylor/demangle"
 
-	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/bpf"
 	"github.com/specprof/specprof/internal/testenv"
 )
@@ -267,7 +268,7 @@ func TestRunAPIRecordsFromCallbacks(t *testing.T) {
 }
 
 // checkReport: the main thread ran exactly `cycles` cycles, nothing was lost.
-func checkReport(t *testing.T, rep *agent.Report, cycles int) {
+func checkReport(t *testing.T, rep *model.Report, cycles int) {
 	t.Helper()
 	_, main := mainThread(t, rep)
 	if main.Cycles != cycles {
@@ -277,7 +278,7 @@ func checkReport(t *testing.T, rep *agent.Report, cycles int) {
 }
 
 // mainThread returns the report's one process and its main thread.
-func mainThread(t *testing.T, rep *agent.Report) (*agent.ProcessReport, *agent.ThreadReport) {
+func mainThread(t *testing.T, rep *model.Report) (*model.ProcessReport, *model.ThreadReport) {
 	t.Helper()
 	if len(rep.Processes) != 1 {
 		t.Fatalf("report has %d processes, want 1", len(rep.Processes))
@@ -293,7 +294,7 @@ func mainThread(t *testing.T, rep *agent.Report) (*agent.ProcessReport, *agent.T
 }
 
 // checkNoLoss: nothing dropped on the BPF side or left unattributed.
-func checkNoLoss(t *testing.T, rep *agent.Report) {
+func checkNoLoss(t *testing.T, rep *model.Report) {
 	t.Helper()
 	l := rep.Loss
 	if l.RingBuf+l.Scratch+l.DecodeErrors+l.ReadErrors+l.Truncated+l.SymbolErrors+l.UnmatchedExit+l.NoThreadState != 0 {
@@ -360,7 +361,7 @@ func checkKernels(t *testing.T, truthPath, eventsPath string) {
 // intervals of the kernels its calls launched (same clock, ns-exact). In eager
 // runs (--side-stream) verify also runs a kernel on a second stream at once:
 // busy is then less than the sum of kernel times, and must equal the union.
-func checkGPUBusy(t *testing.T, truthPath string, rep *agent.Report, wantOverlap bool) {
+func checkGPUBusy(t *testing.T, truthPath string, rep *model.Report, wantOverlap bool) {
 	t.Helper()
 	recs, err := testenv.ReadTruth(truthPath)
 	if err != nil {
@@ -419,7 +420,7 @@ func checkGPUBusy(t *testing.T, truthPath string, rep *agent.Report, wantOverlap
 // call's entry, whatever entry point it went through (cuMemcpyAsync's
 // DtoH into pageable memory blocks like cuMemcpyDtoH). withPrepare: the graph
 // runners' replay_prepare copies and sets must be among them.
-func checkCopies(t *testing.T, truthPath string, rep *agent.Report, withPrepare bool) {
+func checkCopies(t *testing.T, truthPath string, rep *model.Report, withPrepare bool) {
 	t.Helper()
 	recs, err := testenv.ReadTruth(truthPath)
 	if err != nil {
@@ -506,7 +507,7 @@ func checkCopies(t *testing.T, truthPath string, rep *agent.Report, withPrepare 
 // every joined kernel is listed; every collective call carries its bytes
 // and the GPU times of the NCCL kernel it launched; NCCL kernels replayed
 // from CUDA graphs appear as collectives too.
-func checkCycles(t *testing.T, truthPath, cyclesPath string, rep *agent.Report, cycles int) {
+func checkCycles(t *testing.T, truthPath, cyclesPath string, rep *model.Report, cycles int) {
 	t.Helper()
 	recs, err := testenv.ReadTruth(truthPath)
 	if err != nil {
@@ -523,10 +524,10 @@ func checkCycles(t *testing.T, truthPath, cyclesPath string, rep *agent.Report, 
 	}
 	sums := map[pk][2]int64{}
 	perTID := map[int]int{}
-	var colls []agent.Collective // main thread, in time order
-	var ncclKernels []agent.Collective
+	var colls []model.Collective // main thread, in time order
+	var ncclKernels []model.Collective
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var c agent.CycleTrace
+		var c model.CycleTrace
 		if err := json.Unmarshal([]byte(line), &c); err != nil {
 			t.Fatalf("cycles.jsonl: %v", err)
 		}
@@ -673,7 +674,7 @@ func checkCycles(t *testing.T, truthPath, cyclesPath string, rep *agent.Report, 
 // phase's active time differs from its busy time, and, with needQueued, some
 // operations were queued behind a predecessor with a gap (whether any are is a
 // matter of timing: see TestRunAttributesEveryCall).
-func checkActiveElapsed(t *testing.T, truthPath, cyclesPath string, rep *agent.Report, needQueued bool) {
+func checkActiveElapsed(t *testing.T, truthPath, cyclesPath string, rep *model.Report, needQueued bool) {
 	t.Helper()
 	recs, err := testenv.ReadTruth(truthPath)
 	if err != nil {
@@ -741,7 +742,7 @@ func checkActiveElapsed(t *testing.T, truthPath, cyclesPath string, rep *agent.R
 	type tk struct{ pid, tid int }
 	byThread := map[tk][]cycleIvs{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var c agent.CycleTrace
+		var c model.CycleTrace
 		if err := json.Unmarshal([]byte(line), &c); err != nil {
 			t.Fatalf("cycles.jsonl: %v", err)
 		}

@@ -6,7 +6,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
 )
 
 // eventWriter writes attributed calls as JSON lines (--events).
@@ -37,7 +37,7 @@ func newEventWriter(w io.Writer) *eventWriter {
 	return &eventWriter{w: bw, enc: json.NewEncoder(bw)}
 }
 
-func (e *eventWriter) write(ev *agent.Event) {
+func (e *eventWriter) write(ev *model.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	_ = e.enc.Encode(eventLine{PID: ev.PID, TID: ev.TID, Ktime: ev.Ktime, Kind: ev.Kind, API: ev.API, Phase: ev.Phase,
@@ -58,7 +58,7 @@ type kernelLine struct {
 	Node   uint64 `json:"node_id,omitempty"`
 }
 
-func (e *eventWriter) kernel(k *agent.KernelRecord) {
+func (e *eventWriter) kernel(k *model.KernelRecord) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	_ = e.enc.Encode(kernelLine{PID: k.PID, Kind: "kernel", Name: k.Name, Start: k.Start, End: k.End, Stream: k.Stream,
@@ -76,7 +76,7 @@ type apiLine struct {
 	Corr  uint32 `json:"corr"`
 }
 
-func (e *eventWriter) api(a *agent.APIRecord) {
+func (e *eventWriter) api(a *model.APIRecord) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	_ = e.enc.Encode(apiLine{PID: a.PID, TID: a.TID, Kind: "gpu_api", Cbid: a.Cbid, Start: a.Start, End: a.End, Corr: a.CorrelationID})

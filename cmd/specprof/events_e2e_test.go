@@ -11,7 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/internal/testenv"
 )
 
@@ -92,7 +93,7 @@ func TestGPUElapsedMatchesEvents(t *testing.T) {
 	n, exact, busyShort := 0, 0, 0
 	var idleDiff, idleUpper float64 // phases with the GPU idle at an event
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var c agent.CycleTrace
+		var c model.CycleTrace
 		if err := json.Unmarshal([]byte(line), &c); err != nil {
 			t.Fatal(err)
 		}

@@ -18,12 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/google/pprof/profile"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	prommodel "github.com/prometheus/common/model"
 
-	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/export/perfetto"
 	"github.com/specprof/specprof/export/pprof"
 	"github.com/specprof/specprof/internal/testenv"
@@ -96,7 +97,7 @@ func TestRunExports(t *testing.T) {
 	}
 
 	rep := readReport(t, out)
-	var target *agent.ProcessReport
+	var target *model.ProcessReport
 	for _, p := range rep.Processes {
 		if len(p.Threads) > 0 {
 			if target != nil {
@@ -120,8 +121,8 @@ func TestRunExports(t *testing.T) {
 }
 
 // phaseTotals sums each phase over the threads of a process (in cycles).
-func phaseTotals(p *agent.ProcessReport) map[string]agent.PhaseStats {
-	out := map[string]agent.PhaseStats{}
+func phaseTotals(p *model.ProcessReport) map[string]model.PhaseStats {
+	out := map[string]model.PhaseStats{}
 	for _, th := range p.Threads {
 		for _, ph := range th.Phases {
 			s := out[ph.Phase]
@@ -185,7 +186,7 @@ func readProfile(t *testing.T, path string) *profile.Profile {
 // checkGPUTimeProfile: per phase, the kernels and GPU ns equal the report's
 // (exactly, from the parsed profile, and through go tool pprof's totals);
 // the frames and kernel names show in -top and -traces.
-func checkGPUTimeProfile(t *testing.T, path string, target *agent.ProcessReport, want map[string]agent.PhaseStats) {
+func checkGPUTimeProfile(t *testing.T, path string, target *model.ProcessReport, want map[string]model.PhaseStats) {
 	p := readProfile(t, path)
 	got := map[string][2]int64{}
 	for _, s := range p.Sample {
@@ -289,7 +290,7 @@ func newestInterpreter(t *testing.T) testenv.Interpreter {
 }
 
 // checkSyncWaitProfile: per phase, the blocked ns equal the report's.
-func checkSyncWaitProfile(t *testing.T, path string, want map[string]agent.PhaseStats) {
+func checkSyncWaitProfile(t *testing.T, path string, want map[string]model.PhaseStats) {
 	p := readProfile(t, path)
 	got := map[string]int64{}
 	for _, s := range p.Sample {
@@ -338,7 +339,7 @@ func checkCPUProfile(t *testing.T, path string) {
 // checkTimeline: the Perfetto JSON passes the format checks; it has one
 // cycle slice per cycle, a kernel slice per joined kernel, with launch
 // arrows, on "GPU n / stream s" tracks, and collective slices with bytes.
-func checkTimeline(t *testing.T, path string, target *agent.ProcessReport, want map[string]agent.PhaseStats) {
+func checkTimeline(t *testing.T, path string, target *model.ProcessReport, want map[string]model.PhaseStats) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -445,7 +446,7 @@ func scrape(url string) (map[string]*dto.MetricFamily, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("status %s: %s", resp.Status, body)
 	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
+	p := expfmt.NewTextParser(prommodel.UTF8Validation)
 	return p.TextToMetricFamilies(bytes.NewReader(body))
 }
 
@@ -473,7 +474,7 @@ func label(m *dto.Metric, k string) string {
 // phase and loss series, consistent with the final report (cycles whose
 // GPU side is not final when the workload ends reach the exporters when
 // the session ends).
-func checkLiveMetrics(t *testing.T, fams map[string]*dto.MetricFamily, target *agent.ProcessReport, want map[string]agent.PhaseStats) {
+func checkLiveMetrics(t *testing.T, fams map[string]*dto.MetricFamily, target *model.ProcessReport, want map[string]model.PhaseStats) {
 	var cyc float64
 	for _, th := range target.Threads {
 		cyc += float64(th.Cycles)

@@ -10,9 +10,9 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/specprof/specprof/model"
 
-	"github.com/specprof/specprof/agent"
+	"golang.org/x/sys/unix"
 )
 
 // The fault-injection suite: specprof killed or stopped at each stage of a
@@ -310,7 +310,7 @@ func TestFaultRingFull(t *testing.T) {
 	}
 	var seen []int
 	for _, p := range rep.Processes {
-		var th *agent.ThreadReport
+		var th *model.ThreadReport
 		for _, x := range p.Threads {
 			if x.Cycles+x.LossCut+x.LostWhole > 0 {
 				th = x

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/export/pprof"
 	"github.com/specprof/specprof/internal/testenv"
 )
@@ -77,7 +78,7 @@ func TestGraphLevelTracing(t *testing.T) {
 		x := &w.iv[i]
 		x[0], x[1] = min(x[0], r.Start), max(x[1], r.End)
 	}
-	got := map[key]*agent.PhaseStats{}
+	got := map[key]*model.PhaseStats{}
 	for _, p := range rep.Processes {
 		for _, th := range p.Threads {
 			for _, ph := range th.Phases {

@@ -19,7 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/internal/testenv"
 )
 
@@ -365,7 +366,7 @@ func (j *jaeger) v3Roots(t *testing.T, service string, since time.Time) []*otlpS
 type otlpRun struct {
 	out    string
 	dir    string
-	rep    *agent.Report
+	rep    *model.Report
 	start  time.Time
 	wall   time.Duration
 	cycles int
@@ -427,13 +428,13 @@ func otlpAccount(t *testing.T, out string) (exported, total, cycles int, rest st
 
 // threadCycles returns the report's threads that ran cycles: the main thread
 // and the --extra-thread worker, each with the workload's cycle count.
-func threadCycles(t *testing.T, rep *agent.Report, cycles int) map[int]*agent.ThreadReport {
+func threadCycles(t *testing.T, rep *model.Report, cycles int) map[int]*model.ThreadReport {
 	t.Helper()
 	if len(rep.Processes) != 1 {
 		t.Fatalf("report has %d processes, want 1", len(rep.Processes))
 	}
 	p := rep.Processes[0]
-	out := map[int]*agent.ThreadReport{}
+	out := map[int]*model.ThreadReport{}
 	for _, th := range p.Threads {
 		if th.Cycles > 0 {
 			out[th.TID] = th
@@ -545,7 +546,7 @@ func has(xs []string, x string) bool {
 // report's, as do GPU busy time and the collective calls with their bytes.
 // With calls, the verify phase has collective spans carrying bytes; with
 // kernels, each gpu span holds one span per kernel the phase launched.
-func checkJaegerTraces(t *testing.T, roots []*otlpSpan, rep *agent.Report, threads map[int]*agent.ThreadReport, calls, kernels bool) {
+func checkJaegerTraces(t *testing.T, roots []*otlpSpan, rep *model.Report, threads map[int]*model.ThreadReport, calls, kernels bool) {
 	t.Helper()
 	order := map[string]int{}
 	for i, p := range rep.Phases {

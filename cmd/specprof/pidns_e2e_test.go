@@ -16,9 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"golang.org/x/sys/unix"
 
-	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/internal/testenv"
 )
 
@@ -101,7 +102,7 @@ func TestPIDNamespace(t *testing.T) {
 					}
 					n := compareCalls(t, want, readEvents(t, filepath.Join(dir, "events.jsonl")))
 					one := rep
-					one.Processes = []*agent.ProcessReport{target}
+					one.Processes = []*model.ProcessReport{target}
 					checkReport(t, &one, cycles)
 					if front == "run" {
 						checkKernels(t, truth, filepath.Join(dir, "events.jsonl"))
@@ -387,7 +388,7 @@ func nsLast(t *testing.T, status string) [2]int {
 // pidnsTarget returns the workload's process in rep and the map of its ids pidnsRelease wrote,
 // and writes truth.host.jsonl: the truth with its pid and tid fields (the namespace's ids)
 // replaced by the host's.
-func pidnsTarget(t *testing.T, rep *agent.Report, dir string) (*agent.ProcessReport, map[string]int) {
+func pidnsTarget(t *testing.T, rep *model.Report, dir string) (*model.ProcessReport, map[string]int) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "start.ids"))
 	if err != nil {
@@ -397,7 +398,7 @@ func pidnsTarget(t *testing.T, rep *agent.Report, dir string) (*agent.ProcessRep
 	if err := json.Unmarshal(b, &ids); err != nil {
 		t.Fatal(err)
 	}
-	var target *agent.ProcessReport
+	var target *model.ProcessReport
 	for _, p := range rep.Processes {
 		if p.PID == ids["pid:1"] {
 			target = p

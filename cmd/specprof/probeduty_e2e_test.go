@@ -9,7 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/internal/testenv"
 )
 
@@ -109,7 +110,7 @@ func TestRunProbeWindows(t *testing.T) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
-		var c agent.CycleTrace
+		var c model.CycleTrace
 		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
 			t.Fatalf("cycles.jsonl: %v", err)
 		}

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/export/perfetto"
 )
 
@@ -110,7 +111,7 @@ func TestTensorParallelRanks(t *testing.T) {
 	}
 	n, compared, late, short := 0, map[int]int{}, 0, 0
 	for _, line := range strings.Split(strings.TrimSpace(string(f)), "\n") {
-		var c agent.CycleTrace
+		var c model.CycleTrace
 		if err := json.Unmarshal([]byte(line), &c); err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +205,7 @@ func checkRanksJaeger(t *testing.T, j *jaeger, since time.Time, cycles int) {
 
 // checkRanksPerfetto: one Perfetto timeline holds both ranks, their
 // collectives with the arrival comparison.
-func checkRanksPerfetto(t *testing.T, dir string, rep agent.Report) {
+func checkRanksPerfetto(t *testing.T, dir string, rep model.Report) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, perfetto.FileName))
 	if err != nil {

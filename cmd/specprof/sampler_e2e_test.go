@@ -10,7 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/internal/testenv"
 )
 
@@ -33,7 +34,7 @@ func TestRunCPUSampler(t *testing.T) {
 		t.Fatal(err)
 	}
 	py := testenv.Interpreters(t)[0]
-	run := func(t *testing.T, hz string) (string, *agent.Report, map[string]int64) {
+	run := func(t *testing.T, hz string) (string, *model.Report, map[string]int64) {
 		dir := t.TempDir()
 		cmd := exec.Command(bin, "run", "--cpu-hz", hz, "--cupti", "off", "--spec-metrics", "off", "--interval", "5", "-o", dir,
 			"--rules", filepath.Join(root, "testdata/workloads/cpu_phases.yaml"), "--",
@@ -77,7 +78,7 @@ func TestRunCPUSampler(t *testing.T) {
 			t.Fatalf("%d processes in the report, want 1", len(rep.Processes))
 		}
 		p := rep.Processes[0]
-		var main *agent.ThreadReport
+		var main *model.ThreadReport
 		for _, th := range p.Threads {
 			if th.TID == p.PID {
 				main = th
@@ -108,7 +109,7 @@ func TestRunCPUSampler(t *testing.T) {
 		if strings.Contains(out, "cpu ms") || strings.Contains(out, "cpu samples ") {
 			t.Errorf("CPU sampling off, but the output shows it:\n%s", out)
 		}
-		if rep.CPU != (agent.SamplerStats{}) {
+		if rep.CPU != (model.SamplerStats{}) {
 			t.Errorf("CPU sampling off, but the report counts samples: %+v", rep.CPU)
 		}
 	})

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/spf13/pflag"
+	"github.com/specprof/specprof/model"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/spf13/pflag"
 )
 
 // The per-cycle timeline as JSON lines (cycles.jsonl in the output
@@ -51,7 +51,7 @@ type cyclesSink struct {
 	n    int
 }
 
-func (c *cyclesSink) cycle(t *agent.CycleTrace) {
+func (c *cyclesSink) cycle(t *model.CycleTrace) {
 	if c.err != nil {
 		return
 	}
@@ -67,9 +67,9 @@ func (c *cyclesSink) cycle(t *agent.CycleTrace) {
 	c.n++
 }
 
-func (c *cyclesSink) sample(*agent.CPUSample) {}
+func (c *cyclesSink) sample(*model.CPUSample) {}
 
-func (c *cyclesSink) finish(*agent.Report, *outDir) ([]string, error) {
+func (c *cyclesSink) finish(*model.Report, *outDir) ([]string, error) {
 	if err := c.w.Flush(); err != nil && c.err == nil {
 		c.err = fmt.Errorf("write %s: %w", c.path, err)
 	}

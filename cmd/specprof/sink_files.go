@@ -6,10 +6,11 @@ import (
 	"io"
 	"sync"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/google/pprof/profile"
 	"github.com/spf13/pflag"
 
-	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/export/perfetto"
 	"github.com/specprof/specprof/export/pprof"
 )
@@ -67,13 +68,13 @@ type pprofSink struct {
 	p  *pprof.Profiles
 }
 
-func (k *pprofSink) cycle(c *agent.CycleTrace) {
+func (k *pprofSink) cycle(c *model.CycleTrace) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.p.AddCycle(c)
 }
 
-func (k *pprofSink) sample(s *agent.CPUSample) {
+func (k *pprofSink) sample(s *model.CPUSample) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.p.AddSample(s)
@@ -87,7 +88,7 @@ func (k *pprofSink) dropped() (string, uint64) {
 	return "pprof", uint64(k.p.Folded())
 }
 
-func (k *pprofSink) finish(_ *agent.Report, dir *outDir) ([]string, error) {
+func (k *pprofSink) finish(_ *model.Report, dir *outDir) ([]string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var files []string
@@ -128,13 +129,13 @@ type perfettoSink struct {
 	t  *perfetto.Trace
 }
 
-func (k *perfettoSink) cycle(c *agent.CycleTrace) {
+func (k *perfettoSink) cycle(c *model.CycleTrace) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.t.AddCycle(c)
 }
 
-func (k *perfettoSink) sample(*agent.CPUSample) {}
+func (k *perfettoSink) sample(*model.CPUSample) {}
 
 // dropped implements dropReporter: events of cycles beyond the cap.
 func (k *perfettoSink) dropped() (string, uint64) {
@@ -146,18 +147,18 @@ func (k *perfettoSink) dropped() (string, uint64) {
 
 // exportStats implements exportAccounter: the events of the cycles beyond
 // the cap, left out of the timeline.
-func (k *perfettoSink) exportStats() *agent.ExportStats {
+func (k *perfettoSink) exportStats() *model.ExportStats {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	c, ev := k.t.Dropped()
-	e := &agent.ExportStats{Exporter: "perfetto", Unit: "events", Dropped: uint64(ev)}
+	e := &model.ExportStats{Exporter: "perfetto", Unit: "events", Dropped: uint64(ev)}
 	if c > 0 {
 		e.Detail = fmt.Sprintf("%d cycles beyond --perfetto-max-events %d", c, filesFlags.perfettoEvents)
 	}
 	return e
 }
 
-func (k *perfettoSink) finish(_ *agent.Report, dir *outDir) ([]string, error) {
+func (k *perfettoSink) finish(_ *model.Report, dir *outDir) ([]string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if err := writeOutput(dir, perfetto.FileName, k.t.Write); err != nil {

@@ -7,9 +7,10 @@ import (
 	"io"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/spf13/pflag"
 
-	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/export/otlp"
 )
 
@@ -91,9 +92,9 @@ type otlpSink struct {
 	out io.Writer
 }
 
-func (o *otlpSink) cycle(c *agent.CycleTrace) { o.e.Cycle(c) }
+func (o *otlpSink) cycle(c *model.CycleTrace) { o.e.Cycle(c) }
 
-func (o *otlpSink) sample(*agent.CPUSample) {}
+func (o *otlpSink) sample(*model.CPUSample) {}
 
 // dropped implements dropReporter: spans dropped because the queue was full
 // and spans in failed exports (Stats is safe to call concurrently).
@@ -105,7 +106,7 @@ func (o *otlpSink) dropped() (string, uint64) {
 // finish flushes within otlpFlushTimeout and prints the account of every
 // span: exported, dropped, failed or unsent, with the first error (which
 // covers a flush cut short by the deadline).
-func (o *otlpSink) finish(*agent.Report, *outDir) ([]string, error) {
+func (o *otlpSink) finish(*model.Report, *outDir) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), otlpFlushTimeout)
 	defer cancel()
 	err := o.e.Shutdown(ctx)
@@ -117,9 +118,9 @@ func (o *otlpSink) finish(*agent.Report, *outDir) ([]string, error) {
 }
 
 // exportStats implements exportAccounter: every span not delivered, by why.
-func (o *otlpSink) exportStats() *agent.ExportStats {
+func (o *otlpSink) exportStats() *model.ExportStats {
 	st := o.e.Stats()
-	return &agent.ExportStats{Exporter: "otlp", Unit: "spans", Dropped: st.SpansDropped, Failed: st.SpansFailed,
+	return &model.ExportStats{Exporter: "otlp", Unit: "spans", Dropped: st.SpansDropped, Failed: st.SpansFailed,
 		Unsent: st.Pending(), Detail: st.FirstError, OwnLine: true}
 }
 

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/spf13/pflag"
 
-	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/export/prom"
 )
 
@@ -66,20 +67,20 @@ func (p *promSink) start(s *session) error {
 	return nil
 }
 
-func (p *promSink) cycle(c *agent.CycleTrace) {
+func (p *promSink) cycle(c *model.CycleTrace) {
 	if p.m != nil {
 		p.m.ObserveCycle(c)
 	}
 }
 
-func (p *promSink) sample(c *agent.CPUSample) {
+func (p *promSink) sample(c *model.CPUSample) {
 	if p.m != nil {
 		p.m.ObserveSample(c)
 	}
 }
 
 // finish stops the server, letting a scrape in progress finish.
-func (p *promSink) finish(*agent.Report, *outDir) ([]string, error) {
+func (p *promSink) finish(*model.Report, *outDir) ([]string, error) {
 	if p.srv == nil {
 		return nil, nil
 	}

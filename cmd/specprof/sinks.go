@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/pflag"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
 )
 
 // sink is one output of a session beyond the terminal table and the JSON
@@ -12,14 +12,14 @@ import (
 type sink interface {
 	// cycle receives every closed cycle (under the session lock; it must
 	// not block: queue and return).
-	cycle(c *agent.CycleTrace)
+	cycle(c *model.CycleTrace)
 	// sample receives every CPU sample (same rules).
-	sample(s *agent.CPUSample)
+	sample(s *model.CPUSample)
 	// finish writes or flushes what the sink holds, once the session has
 	// ended; r is the final report and dir the session's directory, where
 	// files are created with dir.create. It returns the files it wrote,
 	// for the closing lines.
-	finish(r *agent.Report, dir *outDir) ([]string, error)
+	finish(r *model.Report, dir *outDir) ([]string, error)
 }
 
 // sinkKind is a kind of sink: its flags and its constructor, which returns
@@ -45,5 +45,5 @@ type sinkStarter interface {
 // and endpoint, the Perfetto event cap): once finish has returned, its
 // account goes into the report (agent.Report.Exports).
 type exportAccounter interface {
-	exportStats() *agent.ExportStats
+	exportStats() *model.ExportStats
 }

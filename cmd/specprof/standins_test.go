@@ -6,7 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/internal/testenv"
 )
 
@@ -30,9 +31,9 @@ func standins(t *testing.T) (injLib, mockCupti, std, bin, root string) {
 }
 
 // readReport reads a session's report.json.
-func readReport(t *testing.T, dir string) agent.Report {
+func readReport(t *testing.T, dir string) model.Report {
 	t.Helper()
-	var rep agent.Report
+	var rep model.Report
 	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/agent/calltree"
 	"github.com/specprof/specprof/internal/testenv"
 )
@@ -79,7 +80,7 @@ func TestSuggestRulesUnknownFramework(t *testing.T) {
 					t.Errorf("terminal summary lacks %q:\n%s", want, out)
 				}
 			}
-			if v := p.Version; v == nil || v.Status != agent.VersionUnknown || v.Distribution != "sglang" {
+			if v := p.Version; v == nil || v.Status != model.VersionUnknown || v.Distribution != "sglang" {
 				t.Errorf("server version %+v", v)
 			}
 			b, err := os.ReadFile(filepath.Join(dir1, calltree.FileName))

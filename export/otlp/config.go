@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-
-	"github.com/specprof/specprof/agent"
 )
 
 // Protocols accepted by Config.Protocol (and OTEL_EXPORTER_OTLP_PROTOCOL).
@@ -64,7 +64,7 @@ type Config struct {
 	// DefaultTimeout.
 	Timeout time.Duration
 	// Clock converts the cycles' CLOCK_MONOTONIC times to wall time.
-	Clock agent.Clock
+	Clock model.Clock
 	// Logger receives the one line about the first failure. Nil:
 	// slog.Default().
 	Logger *slog.Logger

@@ -11,13 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/specprof/specprof/agent"
 )
 
 // Batch span processor tuning. The processor blocks the converting goroutine
@@ -39,7 +39,7 @@ type Exporter struct {
 
 	mu     sync.RWMutex // closed vs sends on queue
 	closed bool
-	queue  chan *agent.CycleTrace
+	queue  chan *model.CycleTrace
 	done   chan struct{} // the converting goroutine has returned
 
 	bsp      sdktrace.SpanProcessor
@@ -170,7 +170,7 @@ func newExporter(cfg Config, exp sdktrace.SpanExporter, target string) (*Exporte
 		cfg:      cfg,
 		target:   target,
 		log:      log,
-		queue:    make(chan *agent.CycleTrace, cfg.QueueCycles),
+		queue:    make(chan *model.CycleTrace, cfg.QueueCycles),
 		done:     make(chan struct{}),
 		res:      res,
 		tracers:  map[int]trace.Tracer{},
@@ -191,7 +191,7 @@ func newExporter(cfg Config, exp sdktrace.SpanExporter, target string) (*Exporte
 // Cycle queues one closed cycle for export and returns at once; when the
 // queue is full the cycle is dropped and counted. The exporter keeps c: the
 // caller must not change it afterwards.
-func (e *Exporter) Cycle(c *agent.CycleTrace) {
+func (e *Exporter) Cycle(c *model.CycleTrace) {
 	e.cycles.Add(1)
 	e.mu.RLock()
 	ok := !e.closed

@@ -14,42 +14,41 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/specprof/specprof/agent"
-	"github.com/specprof/specprof/agent/gpuinfo"
 )
 
 const offset = 1_700_000_000_000_000_000 // wall - monotonic in the tests
 
-var clock = agent.FixedClock(offset)
+var clock = model.FixedClock(offset)
 
 func wall(mono uint64) time.Time { return time.Unix(0, int64(mono)+offset) }
 
 // testCycle is an SGLang-shaped cycle: draft (GPU kernels, one all-reduce on
 // the GPU), verify (kernels, an all-reduce not seen on the GPU), accept (a
 // blocking copy). base shifts every time.
-func testCycle(pid, tid, cycle int, base uint64) *agent.CycleTrace {
-	site := agent.Frame{Func: "EAGLEWorker.draft_forward", File: "/sglang/srt/speculative/eagle_worker.py", Line: 412}
-	cyc := agent.Frame{Func: "EAGLEWorker.forward_batch_speculative_generation", File: "/sglang/srt/speculative/eagle_worker.py", Line: 300}
-	return &agent.CycleTrace{
+func testCycle(pid, tid, cycle int, base uint64) *model.CycleTrace {
+	site := model.Frame{Func: "EAGLEWorker.draft_forward", File: "/sglang/srt/speculative/eagle_worker.py", Line: 412}
+	cyc := model.Frame{Func: "EAGLEWorker.forward_batch_speculative_generation", File: "/sglang/srt/speculative/eagle_worker.py", Line: 300}
+	return &model.CycleTrace{
 		PID: pid, TID: tid, Rank: 1, Process: "sglang::scheduler_TP1", Cycle: cycle,
 		Start: base, End: base + 9_000, GPU: true,
-		Phases: []*agent.PhaseTrace{
+		Phases: []*model.PhaseTrace{
 			{
 				Phase: "spec.draft", Start: base, End: base + 2_000,
-				Func:  agent.Frame{Func: "EAGLEWorker.draft", File: "/sglang/srt/speculative/eagle_worker.py", Line: 400},
+				Func:  model.Frame{Func: "EAGLEWorker.draft", File: "/sglang/srt/speculative/eagle_worker.py", Line: 400},
 				Cycle: cyc,
-				Stats: &agent.PhaseStats{Phase: "spec.draft", Cycles: 1, Launches: 3, GraphLaunch: 1, Colls: 1, CollBytes: 8192,
+				Stats: &model.PhaseStats{Phase: "spec.draft", Cycles: 1, Launches: 3, GraphLaunch: 1, Colls: 1, CollBytes: 8192,
 					GPUCycles: 1, GPUKernels: 2, GPUBusyNs: 1_500, GPUSpanNs: 1_700, GPUKernelNs: 1_500},
-				GPU: []agent.GPUActivity{
+				GPU: []model.GPUActivity{
 					{Kind: "kernel", Name: "gemm_bf16", Start: base + 300, End: base + 1_300, Stream: 7, Corr: 11, Launch: base + 100, Site: site},
 					{Kind: "kernel", Name: "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", Start: base + 1_500, End: base + 2_000, Stream: 7, Corr: 12, Launch: base + 1_200},
 				},
-				Collectives: []agent.Collective{{
+				Collectives: []model.Collective{{
 					Op: "AllReduce", API: "ncclAllReduce", Time: base + 1_200, Count: 4096, Dtype: "bf16", Reduce: "sum", Bytes: 8192,
 					Peer: -1, Site: site, Kernel: "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", GPUStart: base + 1_500, GPUEnd: base + 2_000,
 					Algorithm: "RING", Protocol: "LL", Ranks: 2, AlgBWGBps: 16.384, BusBWGBps: 16.384,
@@ -57,21 +56,21 @@ func testCycle(pid, tid, cycle int, base uint64) *agent.CycleTrace {
 			},
 			{
 				Phase: "spec.verify", Start: base + 2_500, End: base + 5_000,
-				Stats: &agent.PhaseStats{Phase: "spec.verify", Cycles: 1, Launches: 1, GraphLaunch: 1, Colls: 1, CollBytes: 4096,
+				Stats: &model.PhaseStats{Phase: "spec.verify", Cycles: 1, Launches: 1, GraphLaunch: 1, Colls: 1, CollBytes: 4096,
 					GPUCycles: 1, GPUKernels: 1, GPUBusyNs: 2_000, GPUSpanNs: 2_000, GPUKernelNs: 2_000},
-				GPU: []agent.GPUActivity{{Kind: "kernel", Name: "attn", Start: base + 3_000, End: base + 5_000, Stream: 7, Corr: 13, Launch: base + 2_600}},
-				Collectives: []agent.Collective{{
+				GPU: []model.GPUActivity{{Kind: "kernel", Name: "attn", Start: base + 3_000, End: base + 5_000, Stream: 7, Corr: 13, Launch: base + 2_600}},
+				Collectives: []model.Collective{{
 					Op: "AllGather", API: "ncclAllGather", Time: base + 4_000, Bytes: 4096, Peer: -1,
 				}},
 			},
 			{
 				Phase: "spec.accept", Start: base + 5_200, End: base + 9_000,
-				Stats: &agent.PhaseStats{Phase: "spec.accept", Cycles: 1, Launches: 1, Syncs: 2, SyncWaitNs: 3_000,
+				Stats: &model.PhaseStats{Phase: "spec.accept", Cycles: 1, Launches: 1, Syncs: 2, SyncWaitNs: 3_000,
 					GPUMemcpys: 1, GPUMemcpyBytes: 64, GPUMemcpyNs: 400},
-				GPU: []agent.GPUActivity{{Kind: "memcpy", Start: base + 8_000, End: base + 8_400, Bytes: 64, Corr: 14, Launch: base + 5_500}},
-				Syncs: []agent.SyncTrace{
+				GPU: []model.GPUActivity{{Kind: "memcpy", Start: base + 8_000, End: base + 8_400, Bytes: 64, Corr: 14, Launch: base + 5_500}},
+				Syncs: []model.SyncTrace{
 					{API: "cuMemcpyDtoH", Start: base + 5_500, WaitNs: 3_000, Bytes: 64,
-						Site: agent.Frame{Func: "EAGLEWorker.verify", File: "/sglang/srt/speculative/eagle_worker.py", Line: 521}},
+						Site: model.Frame{Func: "EAGLEWorker.verify", File: "/sglang/srt/speculative/eagle_worker.py", Line: 521}},
 					{API: "cuStreamSynchronize", Start: base + 8_900, WaitNs: -1},
 				},
 			},
@@ -376,7 +375,7 @@ func TestResourceGPUs(t *testing.T) {
 	e := newTest(t, Config{}, mem)
 	first := testCycle(100, 100, 1, 1_000)
 	second := testCycle(100, 100, 2, 1_000)
-	second.Devices = []gpuinfo.Device{{Index: 3, Name: "NVIDIA H200", UUID: "GPU-1234"}}
+	second.Devices = []model.Device{{Index: 3, Name: "NVIDIA H200", UUID: "GPU-1234"}}
 	e.Cycle(first)
 	e.Cycle(second)
 	shutdown(t, e)
@@ -558,7 +557,7 @@ func BenchmarkConvert(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cs := make([]*agent.CycleTrace, 1024)
+	cs := make([]*model.CycleTrace, 1024)
 	for i := range cs {
 		cs[i] = testCycle(1, 1, i+1, uint64(i)*10_000)
 	}
@@ -587,13 +586,13 @@ func (discard) Shutdown(context.Context) error                             { ret
 func TestRanksShareTrace(t *testing.T) {
 	mem := tracetest.NewInMemoryExporter()
 	e := newTest(t, Config{}, mem)
-	var cs []*agent.CycleTrace
+	var cs []*model.CycleTrace
 	for cycle := 1; cycle <= 2; cycle++ {
 		for rank := 0; rank < 2; rank++ {
 			c := testCycle(100+rank, 100+rank, cycle, uint64(cycle)*100_000)
 			c.Rank = rank
-			c.TP = &agent.CycleTP{Ranks: 2, Collectives: 1, Straggler: 1, SpreadNs: 300, WaitNs: int64(300 * (1 - rank))}
-			c.Phases[0].Collectives[0].Arrival = &agent.Arrival{LastRank: 1, WaitNs: c.TP.WaitNs, SpreadNs: 300}
+			c.TP = &model.CycleTP{Ranks: 2, Collectives: 1, Straggler: 1, SpreadNs: 300, WaitNs: int64(300 * (1 - rank))}
+			c.Phases[0].Collectives[0].Arrival = &model.Arrival{LastRank: 1, WaitNs: c.TP.WaitNs, SpreadNs: 300}
 			cs = append(cs, c)
 		}
 	}

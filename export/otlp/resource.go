@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/specprof/specprof/model"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/resource"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-
-	"github.com/specprof/specprof/agent"
 )
 
 // AttrTPRank is the tensor-parallel rank of the traced process (resource and
@@ -68,7 +68,7 @@ func newResources(serviceName string) (*resources, error) {
 }
 
 // forProcess is the resource of the process that ran cycle c.
-func (r *resources) forProcess(c *agent.CycleTrace) *resource.Resource {
+func (r *resources) forProcess(c *model.CycleTrace) *resource.Resource {
 	attrs := []attribute.KeyValue{semconv.ProcessPID(c.PID)}
 	if cmd := r.cmdline(c.PID); cmd != "" {
 		attrs = append(attrs, semconv.ProcessCommandLine(cmd))

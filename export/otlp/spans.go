@@ -3,12 +3,12 @@ package otlp
 import (
 	"context"
 
+	"github.com/specprof/specprof/model"
+
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/specprof/specprof/agent"
 )
 
 // Span names besides the phases' (which are the phase names, e.g. spec.draft)
@@ -29,7 +29,7 @@ const ScopeName = "github.com/specprof/specprof/export/otlp"
 // tracer returns the tracer of the cycle's process, creating its provider
 // (with the process's resource) on first use. Every provider feeds the one
 // batch processor.
-func (e *Exporter) tracer(c *agent.CycleTrace) trace.Tracer {
+func (e *Exporter) tracer(c *model.CycleTrace) trace.Tracer {
 	// A process's GPUs become known once it has a CUDA context: its
 	// resource is built again then, once.
 	if t, ok := e.tracers[c.PID]; ok && (len(c.Devices) == 0 || e.withGPUs[c.PID]) {
@@ -64,7 +64,7 @@ func (e *Exporter) endAt(s trace.Span, mono uint64) {
 }
 
 // spanCount is the number of spans emit makes of c.
-func (e *Exporter) spanCount(c *agent.CycleTrace) int {
+func (e *Exporter) spanCount(c *model.CycleTrace) int {
 	n := 1
 	for _, p := range c.Phases {
 		n += 1 + len(p.Collectives) + len(p.Syncs)
@@ -79,7 +79,7 @@ func (e *Exporter) spanCount(c *agent.CycleTrace) int {
 }
 
 // emit turns one cycle into its trace and returns the number of spans.
-func (e *Exporter) emit(c *agent.CycleTrace) int {
+func (e *Exporter) emit(c *model.CycleTrace) int {
 	tr := e.tracer(c)
 	var busy, kernels, launches, wait int64
 	for _, p := range c.Phases {
@@ -126,10 +126,10 @@ func (e *Exporter) emit(c *agent.CycleTrace) int {
 	return n
 }
 
-func (e *Exporter) emitPhase(ctx context.Context, tr trace.Tracer, p *agent.PhaseTrace) int {
+func (e *Exporter) emitPhase(ctx context.Context, tr trace.Tracer, p *model.PhaseTrace) int {
 	s := p.Stats
 	if s == nil {
-		s = &agent.PhaseStats{}
+		s = &model.PhaseStats{}
 	}
 	attrs := []attribute.KeyValue{
 		attribute.String("specprof.phase", p.Phase),
@@ -175,7 +175,7 @@ func (e *Exporter) emitPhase(ctx context.Context, tr trace.Tracer, p *agent.Phas
 // gpuWindow is the phase's GPU span: the first start to the last end of its
 // GPU records (kernels, and the copies and sets it issued, so that every
 // record's span lies inside).
-func gpuWindow(p *agent.PhaseTrace) (start, end uint64, ok bool) {
+func gpuWindow(p *model.PhaseTrace) (start, end uint64, ok bool) {
 	for i := range p.GPU {
 		g := &p.GPU[i]
 		if !ok || g.Start < start {
@@ -189,7 +189,7 @@ func gpuWindow(p *agent.PhaseTrace) (start, end uint64, ok bool) {
 	return start, end, ok
 }
 
-func (e *Exporter) emitGPU(ctx context.Context, tr trace.Tracer, p *agent.PhaseTrace, s *agent.PhaseStats, start, end uint64) int {
+func (e *Exporter) emitGPU(ctx context.Context, tr trace.Tracer, p *model.PhaseTrace, s *model.PhaseStats, start, end uint64) int {
 	gctx, gs := tr.Start(ctx, SpanGPU, e.at(start), trace.WithAttributes(
 		attribute.String("specprof.phase", p.Phase),
 		attribute.Int64("specprof.gpu.busy_ns", s.GPUBusyNs),
@@ -234,7 +234,7 @@ func (e *Exporter) emitGPU(ctx context.Context, tr trace.Tracer, p *agent.PhaseT
 	return n
 }
 
-func (e *Exporter) emitCollective(ctx context.Context, tr trace.Tracer, c *agent.Collective) {
+func (e *Exporter) emitCollective(ctx context.Context, tr trace.Tracer, c *model.Collective) {
 	onGPU := c.GPUEnd > c.GPUStart && c.GPUStart != 0
 	start, end := c.Time, c.Time+pointNs
 	if onGPU {
@@ -300,7 +300,7 @@ func (e *Exporter) emitCollective(ctx context.Context, tr trace.Tracer, c *agent
 	e.endAt(s, end)
 }
 
-func (e *Exporter) emitSync(ctx context.Context, tr trace.Tracer, y *agent.SyncTrace) {
+func (e *Exporter) emitSync(ctx context.Context, tr trace.Tracer, y *model.SyncTrace) {
 	end := y.Start + pointNs
 	if y.WaitNs > 0 {
 		end = y.Start + uint64(y.WaitNs)
@@ -323,7 +323,7 @@ func (e *Exporter) emitSync(ctx context.Context, tr trace.Tracer, y *agent.SyncT
 }
 
 // appendCode adds the code.* attributes of a Python frame, when known.
-func appendCode(attrs []attribute.KeyValue, f agent.Frame) []attribute.KeyValue {
+func appendCode(attrs []attribute.KeyValue, f model.Frame) []attribute.KeyValue {
 	if f.IsZero() {
 		return attrs
 	}

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
+
 	"github.com/specprof/specprof/export/internal/exporttest"
 )
 
@@ -41,8 +42,8 @@ func num(t *testing.T, v any) float64 {
 }
 
 // fixture: two processes (one with two threads), three cycles per thread.
-func fixture() []*agent.CycleTrace {
-	var cs []*agent.CycleTrace
+func fixture() []*model.CycleTrace {
+	var cs []*model.CycleTrace
 	for n := 1; n <= 3; n++ {
 		start := uint64(10_000_000_000 + n*2_000_000)
 		second := exporttest.Cycle(100, 101, n, start+500)
@@ -68,7 +69,7 @@ func fixture() []*agent.CycleTrace {
 
 func TestTrace(t *testing.T) {
 	cs := fixture()
-	clock := agent.FixedClock(1_700_000_000_000_000_000)
+	clock := model.FixedClock(1_700_000_000_000_000_000)
 	tr := New(Options{Clock: &clock})
 	for _, c := range cs {
 		tr.AddCycle(c)
@@ -215,11 +216,11 @@ func TestOverlapsAndClamps(t *testing.T) {
 	if v.Phase != "spec.verify" {
 		t.Fatalf("fixture order changed: %s", v.Phase)
 	}
-	v.GPU = append(v.GPU, agent.GPUActivity{Kind: "kernel", Name: "k \"quoted\"\n\xff", Start: v.GPU[0].Start + 1000,
+	v.GPU = append(v.GPU, model.GPUActivity{Kind: "kernel", Name: "k \"quoted\"\n\xff", Start: v.GPU[0].Start + 1000,
 		End: v.GPU[0].End + 50_000, Stream: 7, Launch: v.GPU[0].Launch + 500, Corr: 1},
-		agent.GPUActivity{Kind: "kernel", Name: "late", Start: v.End + 5000, End: v.End + 9000, Stream: 7, Launch: v.End + 3000, Corr: 2},
-		agent.GPUActivity{Kind: "kernel", Name: "skewed", Start: v.Start - 9000, End: v.Start - 8000, Stream: 7, Launch: v.Start - 10000, Corr: 3})
-	v.Collectives = append(v.Collectives, agent.Collective{Op: "AllGather", Time: v.Start + 100, Bytes: 64, Peer: -1})
+		model.GPUActivity{Kind: "kernel", Name: "late", Start: v.End + 5000, End: v.End + 9000, Stream: 7, Launch: v.End + 3000, Corr: 2},
+		model.GPUActivity{Kind: "kernel", Name: "skewed", Start: v.Start - 9000, End: v.Start - 8000, Stream: 7, Launch: v.Start - 10000, Corr: 3})
+	v.Collectives = append(v.Collectives, model.Collective{Op: "AllGather", Time: v.Start + 100, Bytes: 64, Peer: -1})
 	tr := New(Options{})
 	tr.AddCycle(c)
 	_, p := write(t, tr)

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
 )
 
 // FileName is the trace's name in a session's output directory.
@@ -20,7 +20,7 @@ type Options struct {
 	// not fit are counted (0: DefaultMaxEvents).
 	MaxEvents int
 	// Clock, when set, gives the wall-clock time of the trace's origin.
-	Clock *agent.Clock
+	Clock *model.Clock
 }
 
 // Sub-tracks of a CPU thread.
@@ -101,8 +101,8 @@ type Trace struct {
 	flows  []flow
 	procs  map[int]*procInfo
 	// Launch sites of GPU records, interned (index 0: unknown), bounded.
-	sites   []agent.Frame
-	siteIdx map[agent.Frame]uint32
+	sites   []model.Frame
+	siteIdx map[model.Frame]uint32
 
 	cycles        int64 // cycles kept
 	droppedCycles int64
@@ -114,7 +114,7 @@ func New(opts Options) *Trace {
 	if opts.MaxEvents <= 0 {
 		opts.MaxEvents = DefaultMaxEvents
 	}
-	return &Trace{opts: opts, procs: map[int]*procInfo{}, sites: []agent.Frame{{}}, siteIdx: map[agent.Frame]uint32{}}
+	return &Trace{opts: opts, procs: map[int]*procInfo{}, sites: []model.Frame{{}}, siteIdx: map[model.Frame]uint32{}}
 }
 
 // events is the number of events kept (flows count two).
@@ -130,7 +130,7 @@ func (t *Trace) Cycles() int64 { return t.cycles }
 // the stream tracks, and the launch → GPU flows (GPU work needs
 // agent.Options.Detail). A cycle that does not fit whole under MaxEvents
 // is dropped and counted.
-func (t *Trace) AddCycle(c *agent.CycleTrace) {
+func (t *Trace) AddCycle(c *model.CycleTrace) {
 	if n := cycleEvents(c); t.events()+n > t.opts.MaxEvents {
 		t.droppedCycles++
 		t.droppedEvents += int64(n)
@@ -212,7 +212,7 @@ func (t *Trace) AddCycle(c *agent.CycleTrace) {
 }
 
 // cycleEvents is the number of events AddCycle makes of c.
-func cycleEvents(c *agent.CycleTrace) int {
+func cycleEvents(c *model.CycleTrace) int {
 	n := 1
 	for _, ph := range c.Phases {
 		n += 1 + len(ph.Syncs) + len(ph.GPU) + len(ph.Collectives)
@@ -225,7 +225,7 @@ func cycleEvents(c *agent.CycleTrace) int {
 	return n
 }
 
-func phaseArgs(ph *agent.PhaseTrace) []arg {
+func phaseArgs(ph *model.PhaseTrace) []arg {
 	var a []arg
 	if !ph.Func.IsZero() {
 		a = append(a, sArg("func", ph.Func.String()))
@@ -246,7 +246,7 @@ func phaseArgs(ph *agent.PhaseTrace) []arg {
 	return a
 }
 
-func collArgs(c *agent.Collective) []arg {
+func collArgs(c *model.Collective) []arg {
 	a := []arg{iArg("bytes", c.Bytes)}
 	for _, kv := range [][2]string{{"api", c.API}, {"dtype", c.Dtype}, {"reduce", c.Reduce}, {"algorithm", c.Algorithm},
 		{"protocol", c.Protocol}, {"kernel", c.Kernel}, {"site", c.Site.String()}} {
@@ -279,7 +279,7 @@ func collArgs(c *agent.Collective) []arg {
 // maxSites bounds the interned launch sites; beyond, sites are not kept.
 const maxSites = 1 << 16
 
-func (t *Trace) site(f agent.Frame) uint32 {
+func (t *Trace) site(f model.Frame) uint32 {
 	if f.IsZero() {
 		return 0
 	}

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/google/pprof/profile"
+	"github.com/specprof/specprof/model"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/google/pprof/profile"
 )
 
 // Default bounds of each profile's tables.
@@ -31,7 +31,7 @@ type Options struct {
 	// it from the samples' weight.
 	CPUPeriodNs int64
 	// Clock, when set, dates the profiles (TimeNanos) in wall time.
-	Clock *agent.Clock
+	Clock *model.Clock
 }
 
 // Profiles accumulates the three profiles of a session. It is not safe for
@@ -76,7 +76,7 @@ func (p *Profiles) span(start, end uint64) {
 // unless it is unknown or the same function as the frame below it (a
 // launch made in the phase function itself): the inner frame, with the
 // more precise line, stays.
-func (p *Profiles) pyFrame(f agent.Frame) {
+func (p *Profiles) pyFrame(f model.Frame) {
 	if f.IsZero() {
 		return
 	}
@@ -90,8 +90,8 @@ func (p *Profiles) pyFrame(f agent.Frame) {
 }
 
 // abridged appends site → phase function → cycle function (leaf first).
-func (p *Profiles) abridged(t *table, site agent.Frame, ph *agent.PhaseTrace) {
-	for _, f := range []agent.Frame{ph.Func, ph.Cycle} {
+func (p *Profiles) abridged(t *table, site model.Frame, ph *model.PhaseTrace) {
+	for _, f := range []model.Frame{ph.Func, ph.Cycle} {
 		if !f.IsZero() {
 			// The agent reports the matched code objects' first lines.
 			t.startLine(funcKey{kindPython, f.Func, f.File}, int64(f.Line))
@@ -104,7 +104,7 @@ func (p *Profiles) abridged(t *table, site agent.Frame, ph *agent.PhaseTrace) {
 
 // AddCycle adds a closed cycle's kernels (gpu_time) and blocking calls
 // (sync_wait). Kernels need agent.Options.Detail.
-func (p *Profiles) AddCycle(c *agent.CycleTrace) {
+func (p *Profiles) AddCycle(c *model.CycleTrace) {
 	p.cycles++
 	p.span(c.Start, c.End)
 	for _, ph := range c.Phases {
@@ -145,7 +145,7 @@ func (p *Profiles) AddCycle(c *agent.CycleTrace) {
 }
 
 // AddSample adds one CPU sample: its Python stack under the native leaf.
-func (p *Profiles) AddSample(s *agent.CPUSample) {
+func (p *Profiles) AddSample(s *model.CPUSample) {
 	p.samples++
 	p.span(s.Time, s.Time)
 	if p.cpuPeriod == 0 {

@@ -7,16 +7,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/google/pprof/profile"
 
-	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/export/internal/exporttest"
 )
 
 const pid, tid = 4242, 4242
 
-func cycles(n int) []*agent.CycleTrace {
-	var out []*agent.CycleTrace
+func cycles(n int) []*model.CycleTrace {
+	var out []*model.CycleTrace
 	for i := 1; i <= n; i++ {
 		out = append(out, exporttest.Cycle(pid, tid, i, uint64(i)*2_000_000))
 	}
@@ -88,7 +89,7 @@ func byPhase(p *profile.Profile, idx int) map[string]int64 {
 
 func TestGPUTime(t *testing.T) {
 	cs := cycles(5)
-	clock := agent.FixedClock(1_700_000_000_000_000_000)
+	clock := model.FixedClock(1_700_000_000_000_000_000)
 	ps := New(Options{Clock: &clock})
 	want := map[string][2]int64{}
 	for _, c := range cs {
@@ -197,7 +198,7 @@ func TestCPU(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		ps.AddSample(exporttest.Sample(pid, tid, uint64(1_000_000+i*10_101_010)))
 	}
-	ps.AddSample(&agent.CPUSample{PID: pid, TID: tid + 1, Phase: "other", Weight: 1_000_000_000 / 99})
+	ps.AddSample(&model.CPUSample{PID: pid, TID: tid + 1, Phase: "other", Weight: 1_000_000_000 / 99})
 	p := roundTrip(t, ps.CPU())
 	if p.Period != 1_000_000_000/99 || p.PeriodType.Type != "cpu" || p.PeriodType.Unit != "nanoseconds" {
 		t.Errorf("period %d %+v", p.Period, p.PeriodType)

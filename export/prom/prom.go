@@ -13,11 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/specprof/specprof/agent"
 )
 
 // DefaultMaxProcesses bounds the processes that get their own label sets.
@@ -28,7 +28,7 @@ type Options struct {
 	// Report returns the session's report so far (agent.Agent.Report); the
 	// loss counters, the event count and the CUPTI library's counters are
 	// read from it at every scrape. Nil: those series are absent.
-	Report func() *agent.Report
+	Report func() *model.Report
 	// MaxProcesses bounds the processes with their own series (0: default).
 	MaxProcesses int
 	// ReportWait is how long a scrape waits for Report (which takes the
@@ -157,7 +157,7 @@ func processLabel(title string) string {
 }
 
 // ObserveCycle records a closed cycle.
-func (m *Metrics) ObserveCycle(c *agent.CycleTrace) {
+func (m *Metrics) ObserveCycle(c *model.CycleTrace) {
 	l, ok := m.labels(c.PID, c.Rank, c.Process)
 	if !ok {
 		return
@@ -188,7 +188,7 @@ func (m *Metrics) ObserveCycle(c *agent.CycleTrace) {
 }
 
 // ObserveSample records a CPU sample.
-func (m *Metrics) ObserveSample(s *agent.CPUSample) {
+func (m *Metrics) ObserveSample(s *model.CPUSample) {
 	m.mu.Lock()
 	if !m.spids[s.PID] {
 		if len(m.spids) >= m.opts.MaxProcesses {
@@ -211,7 +211,7 @@ var lossFields = func() []struct {
 		name  string
 		index int
 	}
-	t := reflect.TypeFor[agent.Loss]()
+	t := reflect.TypeFor[model.Loss]()
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -332,14 +332,14 @@ func (r *reportCollector) Collect(ch chan<- prometheus.Metric) {
 // result: a scrape waits for a fresh report up to a bound, then serves the
 // previous one (the call goes on and refreshes the cache when it ends).
 type reportCache struct {
-	fn       func() *agent.Report
+	fn       func() *model.Report
 	mu       sync.Mutex
-	last     *agent.Report
+	last     *model.Report
 	at       time.Time
 	inflight chan struct{} // closed when the running call ends
 }
 
-func (c *reportCache) get(wait time.Duration) (*agent.Report, time.Time) {
+func (c *reportCache) get(wait time.Duration) (*model.Report, time.Time) {
 	c.mu.Lock()
 	if c.inflight == nil {
 		done := make(chan struct{})

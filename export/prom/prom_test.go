@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specprof/specprof/model"
+
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	prommodel "github.com/prometheus/common/model"
 
-	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/export/internal/exporttest"
 )
 
@@ -62,17 +63,17 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 
 // lossReport is a report whose loss counters are all different (field i
 // is 100+i), with a CUPTI-connected process.
-func lossReport() *agent.Report {
-	r := &agent.Report{Events: 12345}
+func lossReport() *model.Report {
+	r := &model.Report{Events: 12345}
 	v := reflect.ValueOf(&r.Loss).Elem()
 	for i := range v.NumField() {
 		v.Field(i).SetUint(uint64(100 + i))
 	}
 	n := func(v uint64) *uint64 { return &v }
-	r.Processes = []*agent.ProcessReport{{PID: 4242, GPU: &agent.GPUStats{Kernels: 77, Delivered: n(500),
+	r.Processes = []*model.ProcessReport{{PID: 4242, GPU: &model.GPUStats{Kernels: 77, Delivered: n(500),
 		DroppedCUPTI: n(1), DroppedNoAgent: n(2), DroppedBackpressure: n(3), DroppedDisconnect: n(4)},
-		Threads: []*agent.ThreadReport{{TID: 4242, ProbeCut: 5, LossCut: 6}, {TID: 4243, ProbeCut: 1}}}}
-	r.ProbeWindows = &agent.ProbeWindowStats{Windows: 12, Share: 0.05}
+		Threads: []*model.ThreadReport{{TID: 4242, ProbeCut: 5, LossCut: 6}, {TID: 4243, ProbeCut: 1}}}}
+	r.ProbeWindows = &model.ProbeWindowStats{Windows: 12, Share: 0.05}
 	return r
 }
 
@@ -141,11 +142,11 @@ func TestCycleMetrics(t *testing.T) {
 func TestLosses(t *testing.T) {
 	var mu sync.Mutex
 	rep := lossReport()
-	m := New(Options{Report: func() *agent.Report { mu.Lock(); defer mu.Unlock(); c := *rep; return &c }})
+	m := New(Options{Report: func() *model.Report { mu.Lock(); defer mu.Unlock(); c := *rep; return &c }})
 	var otlp uint64 = 9
 	m.AddDropSource("otlp", func() uint64 { mu.Lock(); defer mu.Unlock(); return otlp })
 	fams := gather(t, m)
-	lt := reflect.TypeFor[agent.Loss]()
+	lt := reflect.TypeFor[model.Loss]()
 	if got := len(fams["specprof_lost_total"].GetMetric()); got != lt.NumField() {
 		t.Errorf("%d loss series, agent.Loss has %d counters", got, lt.NumField())
 	}
@@ -238,7 +239,7 @@ func TestServe(t *testing.T) {
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("GET %s: %d %v", srv.URL(), resp.StatusCode, err)
 		}
-		p := expfmt.NewTextParser(model.UTF8Validation)
+		p := expfmt.NewTextParser(prommodel.UTF8Validation)
 		if fams, err = p.TextToMetricFamilies(strings.NewReader(string(body))); err != nil {
 			t.Fatalf("parse /metrics: %v", err)
 		}
@@ -266,7 +267,7 @@ func TestServe(t *testing.T) {
 
 func BenchmarkObserveCycle(b *testing.B) {
 	m := New(Options{})
-	cs := make([]*agent.CycleTrace, 64)
+	cs := make([]*model.CycleTrace, 64)
 	for i := range cs {
 		cs[i] = exporttest.Cycle(4242, 4242, i+1, uint64(i+1)*2_000_000)
 	}
@@ -284,11 +285,11 @@ func TestBusyAgent(t *testing.T) {
 	gate := make(chan struct{})
 	var mu sync.Mutex
 	ringbuf := uint64(1)
-	m := New(Options{ReportWait: 50 * time.Millisecond, Report: func() *agent.Report {
+	m := New(Options{ReportWait: 50 * time.Millisecond, Report: func() *model.Report {
 		<-gate
 		mu.Lock()
 		defer mu.Unlock()
-		return &agent.Report{Loss: agent.Loss{RingBuf: ringbuf}}
+		return &model.Report{Loss: model.Loss{RingBuf: ringbuf}}
 	}})
 	start := time.Now()
 	fams := gather(t, m)

@@ -5,22 +5,22 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
 )
 
 func TestWriteAttribution(t *testing.T) {
-	fr := func(fn string, line int, n, gpu int64) *agent.FrameStats {
-		return &agent.FrameStats{Frame: agent.Frame{Func: fn, File: "/srv/x.py", Line: line}, Launches: n, GPUNs: gpu}
+	fr := func(fn string, line int, n, gpu int64) *model.FrameStats {
+		return &model.FrameStats{Frame: model.Frame{Func: fn, File: "/srv/x.py", Line: line}, Launches: n, GPUNs: gpu}
 	}
-	var top []*agent.FrameStats
+	var top []*model.FrameStats
 	for i := 0; i < 7; i++ {
 		top = append(top, fr("f", 10+i, int64(70-i), int64(7e6-1e6*int64(i))))
 	}
-	a := &agent.Attribution{Launches: 1000, OtherLaunches: 200, OutsideLaunches: 150, UnattributedLaunches: 300, GPU: true,
+	a := &model.Attribution{Launches: 1000, OtherLaunches: 200, OutsideLaunches: 150, UnattributedLaunches: 300, GPU: true,
 		GPUNs: 100e6, OtherGPUNs: 20e6, OutsideGPUNs: 5e6, UnattributedGPUNs: 22e6, TopByLaunches: top, TopByGPU: top}
 	var b bytes.Buffer
 	writeAttribution(&b, a)
-	writeVersion(&b, &agent.VersionCheck{Distribution: "sglang", Checked: []string{"0.4..0.5"}, Status: agent.VersionOutside, Installed: "0.6.0",
+	writeVersion(&b, &model.VersionCheck{Distribution: "sglang", Checked: []string{"0.4..0.5"}, Status: model.VersionOutside, Installed: "0.6.0",
 		Problem: "sglang 0.6.0 is not among the versions"})
 	out := b.String()
 	for _, want := range []string{
@@ -37,7 +37,7 @@ func TestWriteAttribution(t *testing.T) {
 	}
 	// Well attributed: no hint, no frames without unattributed launches.
 	b.Reset()
-	writeAttribution(&b, &agent.Attribution{Launches: 1000, UnattributedLaunches: 10, GPU: true, GPUNs: 1e6, UnattributedGPUNs: 1e4, TopByLaunches: top[:1]})
+	writeAttribution(&b, &model.Attribution{Launches: 1000, UnattributedLaunches: 10, GPU: true, GPUNs: 1e6, UnattributedGPUNs: 1e4, TopByLaunches: top[:1]})
 	if out := b.String(); strings.Contains(out, "rules suggest") || !strings.Contains(out, "unattributed: 1.0 %") {
 		t.Errorf("well attributed:\n%s", out)
 	}

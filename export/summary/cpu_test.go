@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
 )
 
 // TestCPUColumn: the "cpu ms" column shows the sampled CPU time per cycle,
 // only when the sampler delivered samples.
 func TestCPUColumn(t *testing.T) {
-	win := &agent.Window{PID: 1, TID: 1, FirstCycle: 1, LastCycle: 4, CycleNs: 40e6, Phases: []*agent.PhaseStats{
+	win := &model.Window{PID: 1, TID: 1, FirstCycle: 1, LastCycle: 4, CycleNs: 40e6, Phases: []*model.PhaseStats{
 		{Phase: "spec.draft", Cycles: 4, Launches: 8, CPUSpanNs: 8e6, CPUSamples: 12, CPUNs: 12e6},
 		{Phase: "spec.verify", Cycles: 4, Launches: 4, CPUSpanNs: 20e6},
 	}}
@@ -46,11 +46,11 @@ func TestCPUColumn(t *testing.T) {
 // TestReportCPUSampler: the final report states the sampler's totals and
 // losses, and the CPU time sampled outside cycles.
 func TestReportCPUSampler(t *testing.T) {
-	r := &agent.Report{Preset: "p", Start: time.Unix(0, 0), End: time.Unix(1, 0),
-		Processes: []*agent.ProcessReport{{PID: 7, Threads: []*agent.ThreadReport{{TID: 7,
-			Outside: []*agent.PhaseStats{{Phase: "other", Launches: 2, CPUSamples: 5, CPUNs: 5_005_005}}}}}},
-		CPU:  agent.SamplerStats{Samples: 9, CPUNs: 9_009_009, Python: 5, Kernel: 1, NoThreadState: 4},
-		Loss: agent.Loss{SamplesLost: 3}}
+	r := &model.Report{Preset: "p", Start: time.Unix(0, 0), End: time.Unix(1, 0),
+		Processes: []*model.ProcessReport{{PID: 7, Threads: []*model.ThreadReport{{TID: 7,
+			Outside: []*model.PhaseStats{{Phase: "other", Launches: 2, CPUSamples: 5, CPUNs: 5_005_005}}}}}},
+		CPU:  model.SamplerStats{Samples: 9, CPUNs: 9_009_009, Python: 5, Kernel: 1, NoThreadState: 4},
+		Loss: model.Loss{SamplesLost: 3}}
 	var b bytes.Buffer
 	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestReportCPUSampler(t *testing.T) {
 		}
 	}
 	b.Reset()
-	r.CPU, r.Loss = agent.SamplerStats{}, agent.Loss{}
+	r.CPU, r.Loss = model.SamplerStats{}, model.Loss{}
 	r.Processes[0].Threads[0].Outside[0].CPUSamples = 0
 	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)

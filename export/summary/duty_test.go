@@ -6,15 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
 )
 
 // TestReportDutyWindows: the report states the windows and their share, and
 // says so when the last one was still open at the end (the process exited
 // in it, or stopped making the synchronising calls that close windows).
 func TestReportDutyWindows(t *testing.T) {
-	r := &agent.Report{Preset: "p", Start: time.Unix(0, 0), End: time.Unix(1, 0),
-		Processes: []*agent.ProcessReport{{PID: 7, Duty: &agent.DutyStats{Windows: 3, WindowNs: 300_000_000, Share: 0.25}}}}
+	r := &model.Report{Preset: "p", Start: time.Unix(0, 0), End: time.Unix(1, 0),
+		Processes: []*model.ProcessReport{{PID: 7, Duty: &model.DutyStats{Windows: 3, WindowNs: 300_000_000, Share: 0.25}}}}
 	var b bytes.Buffer
 	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
@@ -39,8 +39,8 @@ func TestReportDutyWindows(t *testing.T) {
 // (CUPTI 13.0 after its API kinds were switched by windows) are counted in
 // the GPU join line, with what to do about them; without any, no hint.
 func TestReportDuplicateAPIRecords(t *testing.T) {
-	r := &agent.Report{Preset: "p", Start: time.Unix(0, 0), End: time.Unix(1, 0),
-		Loss: agent.Loss{LaunchesWithoutAPI: 12088, APIDuplicates: 15148}}
+	r := &model.Report{Preset: "p", Start: time.Unix(0, 0), End: time.Unix(1, 0),
+		Loss: model.Loss{LaunchesWithoutAPI: 12088, APIDuplicates: 15148}}
 	var b bytes.Buffer
 	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
@@ -64,10 +64,10 @@ func TestReportDuplicateAPIRecords(t *testing.T) {
 // TestReportWindowsShorterThanCycles: windows about as long as the cycles
 // leave few cycles wholly inside one; the report says so and what to do.
 func TestReportWindowsShorterThanCycles(t *testing.T) {
-	th := &agent.ThreadReport{TID: 7, Cycles: 91, CycleNs: 91 * 110_000_000}
-	r := &agent.Report{Preset: "p", Start: time.Unix(0, 0), End: time.Unix(1, 0),
-		Processes: []*agent.ProcessReport{{PID: 7, Threads: []*agent.ThreadReport{th},
-			Duty: &agent.DutyStats{Windows: 14, WindowNs: 14 * 130_000_000, Share: 0.14}}}}
+	th := &model.ThreadReport{TID: 7, Cycles: 91, CycleNs: 91 * 110_000_000}
+	r := &model.Report{Preset: "p", Start: time.Unix(0, 0), End: time.Unix(1, 0),
+		Processes: []*model.ProcessReport{{PID: 7, Threads: []*model.ThreadReport{th},
+			Duty: &model.DutyStats{Windows: 14, WindowNs: 14 * 130_000_000, Share: 0.14}}}}
 	var b bytes.Buffer
 	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)

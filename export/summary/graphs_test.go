@@ -5,14 +5,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
 )
 
 // TestGraphsColumn: under graph-level tracing the table counts the whole
 // graph replays per cycle in their own column; without replays there is no
 // such column.
 func TestGraphsColumn(t *testing.T) {
-	win := &agent.Window{PID: 1, TID: 1, FirstCycle: 1, LastCycle: 2, CycleNs: 4e6, GPU: true, Phases: []*agent.PhaseStats{
+	win := &model.Window{PID: 1, TID: 1, FirstCycle: 1, LastCycle: 2, CycleNs: 4e6, GPU: true, Phases: []*model.PhaseStats{
 		{Phase: "spec.draft", Cycles: 2, Launches: 2, GPUCycles: 2, GPUGraphs: 2, GPUBusyNs: 1e6},
 		{Phase: "spec.accept", Cycles: 2, Launches: 6, GPUCycles: 2, GPUKernels: 6, GPUBusyNs: 1e5},
 	}}

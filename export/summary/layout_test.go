@@ -6,22 +6,22 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/model"
 )
 
 // fullReport has every optional column of the phase table: GPU figures,
 // collectives, graph-level GPU records and CPU samples.
-func fullReport() *agent.Report {
-	ph := func(name string) *agent.PhaseStats {
-		return &agent.PhaseStats{Phase: name, Cycles: 10, Launches: 123456, GraphLaunch: 10, CPUSpanNs: 123456789, SyncWaitNs: 98765432,
+func fullReport() *model.Report {
+	ph := func(name string) *model.PhaseStats {
+		return &model.PhaseStats{Phase: name, Cycles: 10, Launches: 123456, GraphLaunch: 10, CPUSpanNs: 123456789, SyncWaitNs: 98765432,
 			Syncs: 10, Colls: 20, CollBytes: 1 << 30, GPUCycles: 10, GPUBusyNs: 55555555, GPUActiveNs: 66666666, GPUHostGapNs: 777777,
 			GPUKernels: 4000, CollGPUNs: 1111111, GPUGraphs: 10, CPUSamples: 99, CPUNs: 9999999}
 	}
-	return &agent.Report{Preset: "sglang-eagle", Processes: []*agent.ProcessReport{{
+	return &model.Report{Preset: "sglang-eagle", Processes: []*model.ProcessReport{{
 		PID: 4242, Cmdline: "sglang::scheduler_TP0", Python: "3.12.1", Libraries: []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.1"},
 		Problems: []string{strings.Repeat("a long problem text that goes on ", 12)},
-		Threads: []*agent.ThreadReport{{TID: 4242, Cycles: 10, CycleNs: 1e9, Calls: 100,
-			Phases: []*agent.PhaseStats{ph("spec.draft"), ph("spec.verify"), ph("spec.draft_extend")}}},
+		Threads: []*model.ThreadReport{{TID: 4242, Cycles: 10, CycleNs: 1e9, Calls: 100,
+			Phases: []*model.PhaseStats{ph("spec.draft"), ph("spec.verify"), ph("spec.draft_extend")}}},
 	}}}
 }
 

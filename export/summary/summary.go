@@ -8,8 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/specprof/specprof/agent"
-	"github.com/specprof/specprof/agent/calltree"
+	"github.com/specprof/specprof/model"
 )
 
 // Process names a process in table titles.
@@ -24,7 +23,7 @@ func ms(ns float64) string { return fmt.Sprintf("%.3f", ns/1e6) }
 // launches, CPU span, blocked time, collectives and bytes, per cycle.
 // When the CPU sampler ran, "cpu ms" is the CPU time sampled in the phase
 // (samples × period) per cycle.
-func WriteWindow(w io.Writer, title string, win *agent.Window, lay Layout) error {
+func WriteWindow(w io.Writer, title string, win *model.Window, lay Layout) error {
 	n := float64(win.Cycles())
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "\n%s tid %d  cycles %d-%d  mean cycle %s ms\n", title, win.TID, win.FirstCycle, win.LastCycle, ms(float64(win.CycleNs)/n))
@@ -58,7 +57,7 @@ var (
 
 // writePhases prints the phase table: per-cycle figures over cycles, GPU
 // figures over gpuCycles (fewer with duty-cycled GPU tracing).
-func writePhases(w io.Writer, lay Layout, phases []*agent.PhaseStats, cycles, cycleNs, gpuCycles float64) error {
+func writePhases(w io.Writer, lay Layout, phases []*model.PhaseStats, cycles, cycleNs, gpuCycles float64) error {
 	gpu, cpu, graphs, colls := false, false, false, false
 	for _, p := range phases {
 		gpu = gpu || p.GPUCycles > 0
@@ -128,7 +127,7 @@ func writePhases(w io.Writer, lay Layout, phases []*agent.PhaseStats, cycles, cy
 // WriteReport prints the final report: per process and thread, the phase
 // table over all cycles, calls outside cycles, and every loss counter.
 // Long lines are wrapped to the layout's width.
-func WriteReport(out io.Writer, r *agent.Report, lay Layout) error {
+func WriteReport(out io.Writer, r *model.Report, lay Layout) error {
 	pw := &prose{out: out, lay: lay}
 	w := &pw.buf
 	fmt.Fprintf(w, "\n=== specprof report (preset %s, %s) ===\n", r.Preset, r.End.Sub(r.Start).Round(1e6))
@@ -344,7 +343,7 @@ func trim(s string, n int) string {
 const JSONFile = "report.json"
 
 // WriteJSON writes the report as indented JSON to w.
-func WriteJSON(w io.Writer, r *agent.Report) error {
+func WriteJSON(w io.Writer, r *model.Report) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode report: %w", err)
@@ -359,11 +358,11 @@ func WriteJSON(w io.Writer, r *agent.Report) error {
 // the mean cycle of its busiest thread (ns; 0 when unknown). A cycle counts
 // as traced only when it lies wholly inside a window, so windows that are
 // not several cycles long leave most cycles without GPU figures.
-func windowVsCycle(d *agent.DutyStats, threads []*agent.ThreadReport) (win, cyc float64) {
+func windowVsCycle(d *model.DutyStats, threads []*model.ThreadReport) (win, cyc float64) {
 	if d.Windows == 0 {
 		return 0, 0
 	}
-	var busiest *agent.ThreadReport
+	var busiest *model.ThreadReport
 	for _, t := range threads {
 		if t.Cycles > 0 && (busiest == nil || t.Cycles > busiest.Cycles) {
 			busiest = t
@@ -392,14 +391,14 @@ func pct(part, whole int64) float64 {
 
 // writeVersion says when the installed server version is not one the
 // preset was checked against, or could not be found.
-func writeVersion(w io.Writer, v *agent.VersionCheck) {
+func writeVersion(w io.Writer, v *model.VersionCheck) {
 	if v == nil {
 		return
 	}
 	switch v.Status {
-	case agent.VersionChecked:
+	case model.VersionChecked:
 		fmt.Fprintf(w, "  server: %s %s, among the versions the rules were checked against (%s)\n", v.Distribution, v.Installed, strings.Join(v.Checked, ", "))
-	case agent.VersionOutside:
+	case model.VersionOutside:
 		fmt.Fprintf(w, "  server version: %s\n", v.Problem)
 	default:
 		fmt.Fprintf(w, "  server version: %s (the rules were checked against %s %s)\n", v.Problem, v.Distribution, strings.Join(v.Checked, ", "))
@@ -408,7 +407,7 @@ func writeVersion(w io.Writer, v *agent.VersionCheck) {
 
 // writeAttribution prints the share of launches and GPU time the rules did
 // not attribute, and the innermost frames that made the most of it.
-func writeAttribution(w io.Writer, a *agent.Attribution) {
+func writeAttribution(w io.Writer, a *model.Attribution) {
 	if a == nil || a.Launches == 0 {
 		return
 	}
@@ -422,7 +421,7 @@ func writeAttribution(w io.Writer, a *agent.Attribution) {
 	if a.UnattributedLaunches == 0 {
 		return
 	}
-	list := func(title string, fs []*agent.FrameStats, val func(*agent.FrameStats) string) {
+	list := func(title string, fs []*model.FrameStats, val func(*model.FrameStats) string) {
 		if len(fs) == 0 {
 			return
 		}
@@ -438,15 +437,15 @@ func writeAttribution(w io.Writer, a *agent.Attribution) {
 			fmt.Fprintf(w, "      %s  %s\n", val(f), trim(name, 140))
 		}
 	}
-	list("by launches, innermost frame", a.TopByLaunches, func(f *agent.FrameStats) string {
+	list("by launches, innermost frame", a.TopByLaunches, func(f *model.FrameStats) string {
 		return fmt.Sprintf("%8d %5.1f %%", f.Launches, pct(f.Launches, a.Launches))
 	})
 	if a.GPU {
-		list("by GPU kernel time, innermost frame", a.TopByGPU, func(f *agent.FrameStats) string {
+		list("by GPU kernel time, innermost frame", a.TopByGPU, func(f *model.FrameStats) string {
 			return fmt.Sprintf("%8s ms %5.1f %%", ms(float64(f.GPUNs)), pct(f.GPUNs, a.GPUNs))
 		})
 	}
 	if pct(a.UnattributedLaunches, a.Launches) >= 100*UnattributedHint || a.GPU && pct(a.UnattributedGPUNs, a.GPUNs) >= 100*UnattributedHint {
-		fmt.Fprintf(w, "    the phase rules do not know this code: `specprof rules suggest OUTPUT_DIR > my-rules.yaml` writes rules from its call tree (%s), to check and pass back with --rules\n", calltree.FileName)
+		fmt.Fprintf(w, "    the phase rules do not know this code: `specprof rules suggest OUTPUT_DIR > my-rules.yaml` writes rules from its call tree (%s), to check and pass back with --rules\n", model.CallTreeFile)
 	}
 }

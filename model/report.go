@@ -1,9 +1,6 @@
-package agent
+package model
 
-import (
-	"sort"
-	"time"
-)
+import "time"
 
 // PhaseStats aggregates one phase over a set of cycles (or, for events
 // outside any cycle, over the whole run).
@@ -70,14 +67,16 @@ type PhaseStats struct {
 	// phase; the phases' elapsed times plus these gaps make up the cycle's
 	// GPU timeline.
 	GPUHostGapNs int64 `json:"gpu_host_gap_ns,omitempty"`
-	// gpuFirst and gpuLast bound this phase's GPU work in one cycle
-	// (KeyStats.ActiveFirst/ActiveLast), for the host gaps.
-	gpuFirst, gpuLast uint64
+	// GPUFirst and GPULast bound this phase's GPU work in one cycle
+	// (CLOCK_MONOTONIC ns), from which the engine derives GPUHostGapNs;
+	// not reported.
+	GPUFirst uint64 `json:"-"`
+	GPULast  uint64 `json:"-"`
 	// SyncSites counts blocked time by the innermost Python frame that blocked.
 	SyncSites map[string]int64 `json:"sync_sites_ns,omitempty"`
 }
 
-func (s *PhaseStats) add(o *PhaseStats) {
+func (s *PhaseStats) Add(o *PhaseStats) {
 	s.Cycles += o.Cycles
 	s.Launches += o.Launches
 	s.GraphLaunch += o.GraphLaunch
@@ -91,7 +90,7 @@ func (s *PhaseStats) add(o *PhaseStats) {
 	s.CPUSamples += o.CPUSamples
 	s.CPUNs += o.CPUNs
 	s.CollGPUNs += o.CollGPUNs
-	s.addGPU(o)
+	s.AddGPU(o)
 	for k, v := range o.SyncSites {
 		if s.SyncSites == nil {
 			s.SyncSites = map[string]int64{}
@@ -297,20 +296,7 @@ type SpecMetrics struct {
 	LogBytesDropped uint64 `json:"log_bytes_dropped,omitempty"`
 }
 
-func sortedStats(m map[uint16]*PhaseStats, order func(uint16) int) []*PhaseStats {
-	ids := make([]uint16, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return order(ids[i]) < order(ids[j]) })
-	out := make([]*PhaseStats, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, m[id])
-	}
-	return out
-}
-
-func (s *PhaseStats) addGPU(o *PhaseStats) {
+func (s *PhaseStats) AddGPU(o *PhaseStats) {
 	s.GPUCycles += o.GPUCycles
 	s.GPUKernels += o.GPUKernels
 	s.GPUBusyNs += o.GPUBusyNs
@@ -326,8 +312,13 @@ func (s *PhaseStats) addGPU(o *PhaseStats) {
 	s.GPUActiveNs += o.GPUActiveNs
 	s.GPUElapsedNs += o.GPUElapsedNs
 	s.GPUHostGapNs += o.GPUHostGapNs
-	if o.gpuFirst != 0 && (s.gpuFirst == 0 || o.gpuFirst < s.gpuFirst) {
-		s.gpuFirst = o.gpuFirst
+	if o.GPUFirst != 0 && (s.GPUFirst == 0 || o.GPUFirst < s.GPUFirst) {
+		s.GPUFirst = o.GPUFirst
 	}
-	s.gpuLast = max(s.gpuLast, o.gpuLast)
+	s.GPULast = max(s.GPULast, o.GPULast)
 }
+
+// CallTreeFile is the name of the call tree of unattributed launches in a
+// session's output directory (agent/calltree), which `specprof rules
+// suggest` reads.
+const CallTreeFile = "calltree.json"

@@ -1,10 +1,6 @@
-package agent
+package model
 
-import (
-	"strconv"
-
-	"github.com/specprof/specprof/agent/gpuinfo"
-)
+import "strconv"
 
 // The per-cycle timeline handed to exporters (Options.OnCycle): what one
 // closed cycle of one thread looked like, CPU and GPU, on CLOCK_MONOTONIC.
@@ -23,7 +19,7 @@ type CycleTrace struct {
 	GPU     bool   `json:"gpu"`     // GPU records were joined (the CUPTI library is connected)
 	// Devices are the GPUs the process has a context on (NVML; empty when
 	// NVML is unavailable or Options.GPUs is nil).
-	Devices []gpuinfo.Device `json:"devices,omitempty"`
+	Devices []Device `json:"devices,omitempty"`
 	// Phases in the order of their first call.
 	Phases []*PhaseTrace `json:"phases"`
 	// TP compares the cycle with the same cycle of the other
@@ -163,4 +159,11 @@ type CPUSample struct {
 	Stack    []Frame // Python frames, innermost first; empty when not in Python
 	Native   string  // the native leaf (symbol or "[module+0xoff]"), when known
 	Weight   int64   // ns of CPU this sample stands for (1e9 / frequency)
+}
+
+// Device is one GPU, as NVML names it.
+type Device struct {
+	Index int    `json:"index"`
+	Name  string `json:"name"`
+	UUID  string `json:"uuid"`
 }
