@@ -96,6 +96,14 @@ type Options struct {
 	// longer before resuming it: a slow agent on purpose, for the
 	// fault-injection tests of the gate watchdog. 0 in normal use.
 	GateHold time.Duration
+	// AutoProbes puts the launch probes into windows once some process's
+	// hooked calls would make them cost it more than MaxOverhead (a share
+	// of its time); until then they stay in place (autoprobe.go).
+	AutoProbes  bool
+	MaxOverhead float64
+	// NoQuietFlush: never ask a quiet process's CUPTI library to flush
+	// (a diagnostic: its records then arrive only when its buffers fill).
+	NoQuietFlush bool
 }
 
 // Agent attributes probe events to phases and cycles.
@@ -133,7 +141,7 @@ type Agent struct {
 	// learning: when the last record with unknown code objects was read
 	// (Run polls every learnPoll until learnQuiet after it).
 	learning time.Time
-	// noQuietFlush: SPECPROF_QUIET_FLUSH=off, no flush requests to quiet
+	// noQuietFlush: Options.NoQuietFlush, no flush requests to quiet
 	// libraries (flushQuiet; a diagnostic).
 	noQuietFlush bool
 }
@@ -149,7 +157,7 @@ func New(pr Probes, opts Options) (*Agent, error) {
 	}
 	a := &Agent{pr: pr, opts: opts, log: log, matchers: map[bool]*phase.Matcher{}, procs: map[int]*process{},
 		roots: map[int]bool{}, exited: make(chan int, 16), started: time.Now(),
-		noQuietFlush: os.Getenv("SPECPROF_QUIET_FLUSH") == "off"}
+		noQuietFlush: opts.NoQuietFlush}
 	for _, py310 := range []bool{false, true} {
 		m, err := opts.Preset.Compile(py310)
 		if err != nil {
@@ -167,6 +175,16 @@ func New(pr Probes, opts Options) (*Agent, error) {
 			return nil, fmt.Errorf("agent: probe windows %v every %v: want 0 < ON < PERIOD", opts.ProbeOn, opts.ProbePeriod)
 		}
 		a.pw = newProbeWindows(opts.ProbeOn, opts.ProbePeriod)
+	}
+	if opts.AutoProbes {
+		if opts.ProbePeriod != 0 {
+			return nil, fmt.Errorf("agent: AutoProbes chooses the probe windows: give no ProbeOn/ProbePeriod with it")
+		}
+		if opts.MaxOverhead <= 0 || opts.MaxOverhead >= 1 {
+			return nil, fmt.Errorf("agent: MaxOverhead %g: want a share above 0 and below 1", opts.MaxOverhead)
+		}
+		a.pw = newProbeWindows(autoProbeOn, time.Hour)
+		a.pw.auto = newAutoProbes(opts.MaxOverhead)
 	}
 	if a.opts.LaunchSlack == 0 {
 		a.opts.LaunchSlack = 2 * time.Millisecond
@@ -694,6 +712,9 @@ func (a *Agent) Report() *model.Report {
 	sortProcesses(r.Processes)
 	r.Ranks = a.rankReport()
 	r.ProbeWindows = a.probeStats()
+	if ap := a.autoReport(); ap != nil {
+		r.Tracing = &model.Tracing{AutoProbes: ap}
+	}
 	return &r
 }
 

@@ -43,6 +43,9 @@ type probeWindows struct {
 	held      bool
 	heldSince time.Time
 	heldNs    int64
+	// auto: the windows are chosen by Options.AutoProbes; until then the
+	// window stays open (autoprobe.go).
+	auto *autoProbes
 }
 
 // multiProber is implemented by probes that tell how they attach.
@@ -136,6 +139,9 @@ func (a *Agent) probeDue() time.Time {
 	if w == nil || w.held {
 		return time.Time{}
 	}
+	if w.auto != nil && !w.auto.decided {
+		return w.auto.last.Add(autoEvery)
+	}
 	if w.open {
 		return w.opened.Add(w.on)
 	}
@@ -172,6 +178,9 @@ func (a *Agent) probeTick(now time.Time) bool {
 		}
 		w.held = gpu
 		a.mu.Unlock()
+	}
+	if w.auto != nil && !w.auto.decided && (gpu || !a.autoDecide(now)) {
+		return false // the probes stay in place until auto chooses windows
 	}
 	switch {
 	case w.open && !gpu && !now.Before(w.opened.Add(w.on)):
@@ -279,7 +288,7 @@ func (a *Agent) probeCut(p *process, t *thread, ktime uint64, m *phase.Matcher) 
 // probeStats reports the probe windows (nil without them).
 func (a *Agent) probeStats() *model.ProbeWindowStats {
 	w := a.pw
-	if w == nil {
+	if w == nil || w.auto != nil && !w.auto.decided {
 		return nil
 	}
 	s := &model.ProbeWindowStats{OnNs: int64(w.on), PeriodNs: int64(w.period), Windows: len(w.opens),

@@ -54,6 +54,8 @@ type process struct {
 	// recorded (cuEventRecord), for late waits (phase.Cycle.LatePhases);
 	// only kept when the preset has late phases.
 	recorded map[uint64]cycleRef
+	// calls counts the process's hooked calls (Options.AutoProbes).
+	calls int64
 }
 
 // cycleRef names one cycle of one thread.
@@ -333,6 +335,7 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 		a.probeCut(p, t, e.Ktime, a.matcherOf(p))
 	}
 	t.calls++
+	p.calls++
 	if n := e.Py.CycleNo; n != 0 {
 		// Numbers start at 1 for each thread: a first record with a
 		// higher one follows cycles lost whole too.

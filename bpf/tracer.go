@@ -102,7 +102,17 @@ type libExe struct {
 // Load loads the BPF objects and attaches the process lifecycle and openat
 // tracepoints, mounting tracefs first if it is not mounted. It needs root or
 // CAP_BPF+CAP_PERFMON (and CAP_SYS_ADMIN for the mount).
-func Load() (*Tracer, error) {
+func Load() (*Tracer, error) { return LoadWith(LoadOptions{}) }
+
+// LoadOptions are the choices of LoadWith.
+type LoadOptions struct {
+	// NoUprobeMulti attaches perf-event uprobes even where the kernel has
+	// uprobe_multi links (6.6+): a diagnostic of the older path.
+	NoUprobeMulti bool
+}
+
+// LoadWith is Load with options.
+func LoadWith(o LoadOptions) (*Tracer, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
@@ -116,7 +126,7 @@ func Load() (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load BPF object: %w", err)
 	}
-	t.multi = os.Getenv("SPECPROF_UPROBE_MULTI") != "0" && features.HaveBPFLinkUprobeMulti() == nil
+	t.multi = !o.NoUprobeMulti && features.HaveBPFLinkUprobeMulti() == nil
 	if t.multi {
 		// A program is attached either way, never both: the attach type is
 		// fixed when it is loaded.
@@ -410,7 +420,7 @@ func definedSymbols(path string) (map[string]bool, error) {
 }
 
 // UprobeMulti reports whether probes are uprobe_multi links (kernel 6.6+;
-// SPECPROF_UPROBE_MULTI=0 turns them off) rather than perf-event uprobes.
+// LoadOptions.NoUprobeMulti turns them off) rather than perf-event uprobes.
 func (t *Tracer) UprobeMulti() bool { return t.multi }
 
 // uprobePrograms names every program attached as a uprobe.

@@ -269,8 +269,11 @@ type Report struct {
 	// Ranks compares the collectives of the tensor-parallel ranks traced
 	// (two or more processes with a TP rank): who arrived last, how late.
 	Ranks []*RankStats `json:"ranks,omitempty"`
-	// ProbeWindows describes the probe windows (--probe-duty), when on.
+	// ProbeWindows describes the probe windows (--probe-duty, or chosen by
+	// --mode auto), when there were any.
 	ProbeWindows *ProbeWindowStats `json:"probe_windows,omitempty"`
+	// Tracing is the tracing mode and what it chose.
+	Tracing *Tracing `json:"tracing,omitempty"`
 	// GPUReceiver accounts for the connections to the CUPTI socket, when
 	// GPU records were on (filled in by the session, which owns it).
 	GPUReceiver *ReceiverStats `json:"gpu_receiver,omitempty"`
@@ -322,3 +325,37 @@ func (s *PhaseStats) AddGPU(o *PhaseStats) {
 // session's output directory (agent/calltree), which `specprof rules
 // suggest` reads.
 const CallTreeFile = "calltree.json"
+
+// AutoProbes is what `--mode auto` chose for the launch probes: always in
+// place, or in windows because some process's calls would make them cost
+// more than the budget.
+type AutoProbes struct {
+	// Budget is the share of a process's time the probes may cost.
+	Budget float64 `json:"budget"`
+	// InWindows: the probes went into windows of Window (ON/PERIOD).
+	InWindows bool   `json:"in_windows"`
+	Window    string `json:"window,omitempty"`
+	// Worst is the process whose probes would cost the most, as measured.
+	Worst AutoProbeProcess `json:"worst"`
+	// Why says it in words.
+	Why string `json:"why"`
+}
+
+// AutoProbeProcess is one process's measured rate of hooked calls while
+// it ran decode cycles, and the share of its time the probes would cost
+// it if always in place.
+type AutoProbeProcess struct {
+	PID         int     `json:"pid"`
+	CallsPerSec float64 `json:"calls_per_s"`
+	ProbeCost   float64 `json:"probe_cost"`
+}
+
+// Tracing says how the session chose to trace.
+type Tracing struct {
+	// Mode is the tracing mode (auto, cpu, sampled, snapshot, full, custom)
+	// and Plan what it records, in words.
+	Mode string `json:"mode"`
+	Plan string `json:"plan"`
+	// AutoProbes is auto's choice for the launch probes.
+	AutoProbes *AutoProbes `json:"auto_probes,omitempty"`
+}

@@ -31,13 +31,16 @@ func newAttachCmd() *cobra.Command {
 			}
 			// CUPTI's library is loaded by the driver at cuInit (CUDA_INJECTION64_PATH): a
 			// running process cannot be given it.
-			if f.cupti == "on" {
+			if err := f.resolve(); err != nil {
+				return err
+			}
+			if plan := f.cfg.Plan(); plan.CUPTI == "on" {
 				return fmt.Errorf("--cupti on: attach cannot inject the CUPTI library into a running process; " +
 					"start it under `specprof run` for GPU-side records, or attach with --cupti off")
 			}
-			if f.dutyFrom != "now" {
+			if f.cfg.Dev.DutyStart != "now" {
 				return fmt.Errorf("--cupti-duty-start %s: attach cannot change when a running process's CUPTI library opens its windows; "+
-					"start the process with SPECPROF_CUPTI_DUTY_START=cycles in its environment (every session tells its library when cycles run)", f.dutyFrom)
+					"start the process with SPECPROF_CUPTI_DUTY_START=cycles in its environment (every session tells its library when cycles run)", f.cfg.Dev.DutyStart)
 			}
 			s, err := newSession(&f, os.Stdout)
 			if err != nil {

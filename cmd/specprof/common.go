@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/specprof/specprof/model"
+	"github.com/specprof/specprof/session"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"github.com/specprof/specprof/agent"
@@ -34,72 +36,98 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 
 func asExit(err error, ee *exitError) bool { return errors.As(err, ee) }
 
-// maxCPUHz bounds --cpu-hz.
-const maxCPUHz = 4999
-
-// sessionFlags are shared by run and attach.
+// sessionFlags binds the command line of run and attach to a
+// session.Config.
 type sessionFlags struct {
-	preset   string
-	rules    string
-	interval int
-	outDir   string
-	force    bool
-	events   string
-	quiet    bool
-	verbose  bool
-	cupti    string
-	cuptiLib string
-	spec     string
-	cpuHz    int
-	ranks    int
-	duty     string
-	dutyFrom string // --cupti-duty-start
-	detach   bool
-	windows  int
-	graphs   string
-	probes   string // --probe-duty
-	wide     bool
-	calltree bool
+	cfg    session.Config
+	config string // --config
+	cmd    *cobra.Command
 }
 
 func (f *sessionFlags) register(c *cobra.Command) {
+	f.cfg, f.cmd = session.Defaults(), c
+	cfg := &f.cfg
 	fl := c.Flags()
-	fl.StringVar(&f.preset, "preset", "sglang-eagle", "phase preset ("+fmt.Sprint(phase.Presets())+")")
-	fl.StringVar(&f.rules, "rules", "", "YAML file with phase rules (may extend a preset)")
-	fl.IntVar(&f.interval, "interval", 100, "print the phase table every N cycles of a thread (0: only the final report)")
-	fl.StringVarP(&f.outDir, "output", "o", "", "output directory (default ./specprof-out/<timestamp>)")
-	fl.BoolVar(&f.force, "force", false, "write into an output directory that is not empty and over an existing --events file, replacing files of the same names (links are never written through)")
-	fl.StringVar(&f.events, "events", "", "also write every attributed call as JSON lines to this file (a new file, unless --force)")
-	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print no periodic tables or status lines, only the final report")
-	fl.BoolVar(&f.wide, "wide", false, "show every column of the phase tables and leave long lines unwrapped")
-	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log debug messages, among them every tracing window and flush request")
-	fl.StringVar(&f.cupti, "cupti", "auto", "GPU-side records through the injected CUPTI library: auto (when the library is found), on, off")
-	fl.StringVar(&f.cuptiLib, "cupti-lib", "", "path of libspecprof_cupti.so (default: next to the specprof executable)")
+	fl.StringVar(&f.config, "config", "", "YAML file of session settings, which SPECPROF_* variables and the flags given override")
+	fl.StringVar(&cfg.Preset, "preset", "", "phase preset "+fmt.Sprint(phase.Presets())+" (default "+session.DefaultPreset+")")
+	fl.StringVar(&cfg.Rules, "rules", "", "YAML file with phase rules, used instead of --preset (it may extend a preset)")
+	fl.IntVar(&cfg.Interval, "interval", cfg.Interval, "print the phase table every N cycles of a thread (0: only the final report)")
+	fl.StringVarP(&cfg.OutDir, "output", "o", "", "output directory (default ./specprof-out/<timestamp>)")
+	fl.BoolVar(&cfg.Force, "force", false, "write into an output directory that is not empty and over an existing --events file, replacing files of the same names (links are never written through)")
+	fl.StringVar(&cfg.Events, "events", "", "also write every attributed call as JSON lines to this file (a new file, unless --force)")
+	fl.BoolVarP(&cfg.Quiet, "quiet", "q", false, "print no periodic tables or status lines, only the final report")
+	fl.BoolVar(&cfg.Wide, "wide", false, "show every column of the phase tables and leave long lines unwrapped")
+	fl.BoolVarP(&cfg.Verbose, "verbose", "v", false, "log debug messages, among them every tracing window and flush request")
+	fl.StringVar((*string)(&cfg.Mode), "mode", string(cfg.Mode), "how much tracing may cost: auto (chosen per process within --max-overhead), cpu, sampled, snapshot or full")
+	fl.Float64Var(&cfg.MaxOverhead, "max-overhead", cfg.MaxOverhead, "the share of the target's throughput --mode auto lets the launch probes cost (0.02 is 2 %)")
+	fl.StringVar(&cfg.Window, "window", "", "GPU tracing window ON/PERIOD of --mode sampled, snapshot and auto (default 100ms/1s sampled, 500ms/2s otherwise)")
+	fl.IntVar(&cfg.Windows, "windows", 0, "GPU windows of decode cycles --mode snapshot and auto trace before CUPTI detaches (default 3)")
+	fl.StringVar(&cfg.GPURecords, "gpu-records", cfg.GPURecords, "how CUDA graph replays are recorded: 'node' (every kernel) or 'graph' (one record per replay, with --mode full)")
+	fl.StringVar(&cfg.CUPTILib, "cupti-lib", "", "path of libspecprof_cupti.so (default: next to the specprof executable)")
 	for _, k := range sinkKinds {
 		k.flags(fl)
 	}
-	fl.StringVar(&f.duty, "cupti-duty", "", "trace GPU kernels and copies only in windows of ON every PERIOD (e.g. 200ms/2s), so that only the cycles wholly inside a window get GPU figures")
-	fl.StringVar(&f.probes, "probe-duty", "", "put the CUDA and NCCL probes in place only in windows of ON every PERIOD (e.g. 500ms/10s), measuring the cycles wholly inside a window (with GPU records, add --cupti-duty and --cupti-windows)")
-	fl.StringVar(&f.dutyFrom, "cupti-duty-start", "now", "with --cupti-duty, when windows open: 'now' (as the process starts CUDA) or 'cycles' (each only once the agent sees decode cycles, run only)")
-	fl.IntVar(&f.windows, "cupti-windows", 0, "with --cupti-duty: trace at most N windows, then no more GPU records (0: no limit)")
-	fl.BoolVar(&f.detach, "cupti-detach", false, "with --cupti-windows, detach CUPTI from the target for good after the last window (a process that has built CUDA graphs gets every CUPTI callback turned off instead)")
-	fl.StringVar(&f.graphs, "cupti-graphs", "node", "how CUDA graph replays are recorded: 'node' (every kernel of a replay) or 'graph' (one record per replay, cheaper for graphs of many kernels)")
-	fl.IntVar(&f.ranks, "collective-ranks", 0, "ranks per NCCL communicator, for bus bandwidth (default: the number of traced processes making collectives)")
-	fl.IntVar(&f.cpuHz, "cpu-hz", bpf.DefaultSampleHz, "sample the CPU of the target's threads this many times per second, with their Python stacks (0: off)")
-	fl.BoolVar(&f.calltree, "calltree", true, "record the Python stacks of launches the rules leave unattributed into "+calltree.FileName+", for `specprof rules suggest`")
-	fl.StringVar(&f.spec, "spec-metrics", "log", "accept length and tok/s: 'log' (the target's Decode batch / SpecDecoding log lines, run only), a Prometheus URL (http://host:port/metrics), or 'off'")
+	fl.IntVar(&cfg.CollectiveRanks, "collective-ranks", 0, "ranks per NCCL communicator, for bus bandwidth (default: the number of traced processes making collectives)")
+	fl.IntVar(&cfg.CPUHz, "cpu-hz", cfg.CPUHz, "sample the CPU of the target's threads this many times per second, with their Python stacks (0: off)")
+	fl.BoolVar(&cfg.CallTree, "calltree", cfg.CallTree, "record the Python stacks of launches the rules leave unattributed into "+calltree.FileName+", for `specprof rules suggest`")
+	fl.StringVar(&cfg.SpecMetrics, "spec-metrics", cfg.SpecMetrics, "accept length and tok/s: 'log' (the target's Decode batch / SpecDecoding log lines, run only), a Prometheus URL (http://host:port/metrics), or 'off'")
+
+	// Developer knobs: the mechanisms the modes are made of, for tests and
+	// benchmarks (session.DevConfig). Hidden from --help; not with --mode.
+	dev := &cfg.Dev
+	fl.StringVar(&dev.CUPTI, "cupti", dev.CUPTI, "developer: GPU-side records through the injected CUPTI library: auto, on or off")
+	fl.StringVar(&dev.Duty, "cupti-duty", "", "developer: trace GPU work only in windows of ON every PERIOD (e.g. 200ms/2s)")
+	fl.StringVar(&dev.DutyStart, "cupti-duty-start", dev.DutyStart, "developer: when --cupti-duty windows open, 'now' or 'cycles' (once the agent sees decode cycles)")
+	fl.IntVar(&dev.Windows, "cupti-windows", 0, "developer: trace at most N --cupti-duty windows (0: no limit)")
+	fl.BoolVar(&dev.Detach, "cupti-detach", false, "developer: detach CUPTI after the last of --cupti-windows")
+	fl.StringVar(&dev.ProbeDuty, "probe-duty", "", "developer: put the launch probes in place only in windows of ON every PERIOD (e.g. 500ms/10s)")
+	fl.StringVar(&cfg.GPURecords, "cupti-graphs", cfg.GPURecords, "developer: the old name of --gpu-records")
+	for _, n := range []string{"cupti", "cupti-duty", "cupti-duty-start", "cupti-windows", "cupti-detach", "probe-duty", "cupti-graphs"} {
+		_ = fl.MarkHidden(n)
+	}
+}
+
+// resolve builds the session's Config: the defaults, then --config, then
+// the SPECPROF_* variables, then the flags given; and validates it.
+func (f *sessionFlags) resolve() error {
+	given := map[string]string{}
+	f.cmd.Flags().Visit(func(fl *pflag.Flag) { given[fl.Name] = fl.Value.String() })
+	f.cfg = session.Defaults()
+	if f.config != "" {
+		if err := f.cfg.LoadFile(f.config); err != nil {
+			return err
+		}
+	}
+	if err := f.cfg.FromEnv(os.LookupEnv); err != nil {
+		return err
+	}
+	for name, v := range given {
+		if name == "config" || f.cmd.Flags().Lookup(name) == nil {
+			continue
+		}
+		if err := f.cmd.Flags().Set(name, v); err != nil {
+			return fmt.Errorf("--%s %s: %w", name, v, err)
+		}
+	}
+	return f.cfg.Validate()
 }
 
 func (f *sessionFlags) loadPreset() (*phase.Preset, error) {
-	if f.rules != "" {
-		return phase.LoadRulesFile(f.rules)
+	if f.cfg.Rules != "" {
+		return phase.LoadRulesFile(f.cfg.Rules)
 	}
-	return phase.LoadPreset(f.preset)
+	name := f.cfg.Preset
+	if name == "" {
+		name = session.DefaultPreset
+	}
+	return phase.LoadPreset(name)
 }
 
-// session wires the tracer, the agent and the outputs of one run/attach.
-type session struct {
+// runSession wires the tracer, the agent and the outputs of one run/attach.
+type runSession struct {
 	flags  *sessionFlags
+	cfg    *session.Config
+	plan   session.Plan
 	tr     *bpf.Tracer
 	ag     *agent.Agent
 	out    io.Writer
@@ -128,71 +156,30 @@ type session struct {
 	// bpfStats: SPECPROF_BPF_STATS=1, the kernel's run-time statistics of
 	// the probes' programs, logged at the end (a diagnostic of their cost).
 	bpfStats io.Closer
-	dev      devKnobs
 	watchdog *gateWatchdog // run: resumes gated processes if specprof cannot
 }
 
-func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
+func newSession(f *sessionFlags, out io.Writer) (_ *runSession, err error) {
+	if err := f.resolve(); err != nil {
+		return nil, err
+	}
+	cfg := &f.cfg
+	plan := cfg.Plan()
 	preset, err := f.loadPreset()
 	if err != nil {
 		return nil, err
 	}
-	if f.cpuHz < 0 || f.cpuHz > maxCPUHz {
-		// Far above the kernel's perf sample-rate limit (which it lowers by
-		// itself under load) samples are throttled away unseen.
-		return nil, fmt.Errorf("--cpu-hz %d: must be 0 (off) to %d; %d is the default and costs a CPU-bound thread about 0.5 %%", f.cpuHz, maxCPUHz, bpf.DefaultSampleHz)
-	}
-	if f.duty != "" {
-		if _, _, err := parseDuty(f.duty); err != nil {
-			return nil, err
-		}
-	}
-	switch {
-	case f.dutyFrom != "now" && f.dutyFrom != "cycles":
-		return nil, fmt.Errorf("--cupti-duty-start %q: want 'now' (windows from the start) or 'cycles' (each window once decode cycles run)", f.dutyFrom)
-	case f.dutyFrom == "cycles" && f.duty == "":
-		return nil, fmt.Errorf("--cupti-duty-start cycles: it says when duty windows open; give --cupti-duty ON/PERIOD too")
-	}
-	if f.windows < 0 || f.windows > 0 && f.duty == "" {
-		return nil, fmt.Errorf("--cupti-windows %d: give a number of windows >= 1 together with --cupti-duty ON/PERIOD", f.windows)
-	}
-	if f.detach && f.windows == 0 {
-		return nil, fmt.Errorf("--cupti-detach: the detach is final, so it comes after the last window: give --cupti-duty ON/PERIOD and --cupti-windows N")
-	}
-	if f.graphs != "node" && f.graphs != "graph" {
-		return nil, fmt.Errorf("--cupti-graphs %q: want 'node' (every kernel of a graph replay) or 'graph' (one record per replay)", f.graphs)
-	}
-	if f.graphs == "graph" && f.duty != "" {
-		// Switching CUPTI's graph-level tracing on and off crashes the next
-		// CUDA graph launch, even when the launching thread makes the switch.
-		return nil, fmt.Errorf("--cupti-graphs graph with --cupti-duty: not supported, switching graph-level tracing on and off crashes CUDA graph launches (docs/overhead.md, known hazards); use one or the other")
-	}
-	if f.interval < 0 {
-		return nil, fmt.Errorf("--interval %d: must be 0 or more", f.interval)
-	}
-	var probeOn, probePeriod time.Duration
-	if f.probes != "" {
-		if probeOn, probePeriod, err = parseProbeDuty(f.probes); err != nil {
-			return nil, err
-		}
-		if (f.cupti == "on" || f.duty != "") && (f.duty == "" || f.windows <= 0) {
-			// A launch made between windows would have CUPTI records and no probe event to join them to.
-			return nil, fmt.Errorf("--probe-duty with GPU records needs them to end: GPU records are joined to every launch's probe event, so the probes stay in place while CUPTI traces; give --cupti-duty ON/PERIOD --cupti-windows N (and --cupti-detach), or use --cupti off")
-		}
-	}
 	level := slog.LevelInfo
-	if f.verbose {
+	if cfg.Verbose {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	s := &session{flags: f, out: out, log: log, layout: summary.Layout{Width: terminalWidth(out), Wide: f.wide}}
-	if s.dev, err = readDevKnobs(); err != nil {
-		return nil, err
-	}
+	s := &runSession{flags: f, cfg: cfg, plan: plan, out: out, log: log, layout: summary.Layout{Width: terminalWidth(out), Wide: cfg.Wide}}
+	log.Debug("tracing mode", "mode", plan.Mode, "plan", plan.Describe())
 	// The outputs are checked before anything else is set up, and before
 	// the command starts: a session that cannot write its results must
 	// not run.
-	if s.dir, err = openOutDir(f.outDir, f.force); err != nil {
+	if s.dir, err = openOutDir(cfg.OutDir, cfg.Force); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -203,8 +190,8 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 			}
 		}
 	}()
-	if f.events != "" {
-		s.evFile, err = createFile(f.events, f.force)
+	if cfg.Events != "" {
+		s.evFile, err = createFile(cfg.Events, cfg.Force)
 		if err != nil {
 			return nil, fmt.Errorf("events file: %w", err)
 		}
@@ -215,7 +202,7 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 	} else if len(missing) > 0 {
 		log.Warn("not running as root and missing " + strings.Join(missing, ", ") + ": specprof needs root or CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH")
 	}
-	tr, err := bpf.Load()
+	tr, err := bpf.LoadWith(bpf.LoadOptions{NoUprobeMulti: cfg.Dev.NoUprobeMulti})
 	if err != nil {
 		return nil, err
 	}
@@ -223,24 +210,29 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 	if tr.MountedTracefs() {
 		log.Info("mounted tracefs at /sys/kernel/tracing (it was not mounted)")
 	}
-	if os.Getenv("SPECPROF_BPF_STATS") == "1" {
+	if cfg.Dev.BPFStats {
 		if s.bpfStats, err = bpf.EnableStats(); err != nil {
 			log.Warn("SPECPROF_BPF_STATS=1: no BPF statistics", "err", err)
 		}
 	}
-	if f.cpuHz > 0 {
-		if err := tr.StartSampler(f.cpuHz); err != nil {
+	if cfg.CPUHz > 0 {
+		if err := tr.StartSampler(cfg.CPUHz); err != nil {
 			tr.Close()
 			return nil, fmt.Errorf("%w (--cpu-hz 0 turns CPU sampling off)", err)
 		}
 	}
-	if f.ranks < 0 {
-		return nil, fmt.Errorf("--collective-ranks %d: must be 0 (count the traced processes) or more", f.ranks)
+	if cfg.CollectiveRanks < 0 {
+		return nil, fmt.Errorf("--collective-ranks %d: must be 0 (count the traced processes) or more", cfg.CollectiveRanks)
 	}
-	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log, CollectiveRanks: f.ranks, CallTree: f.calltree,
-		ProbeOn: probeOn, ProbePeriod: probePeriod, GateHold: s.dev.gateHold}
-	if probePeriod != 0 && f.duty != "" {
-		opts.ProbeGPUWindows = f.windows
+	opts := agent.Options{Preset: preset, Interval: cfg.Interval, Logger: log, CollectiveRanks: cfg.CollectiveRanks, CallTree: cfg.CallTree,
+		ProbeOn: plan.ProbeOn, ProbePeriod: plan.ProbePeriod, GateHold: cfg.Dev.GateHold, NoQuietFlush: cfg.Dev.NoQuietFlush}
+	if plan.ProbePeriod != 0 && plan.DutyOn != 0 {
+		opts.ProbeGPUWindows = plan.Windows
+	}
+	if plan.AutoProbes {
+		// The probes stay while CUPTI traces its windows: GPU records are
+		// joined to every launch's probe event.
+		opts.AutoProbes, opts.MaxOverhead, opts.ProbeGPUWindows = true, plan.MaxOverhead, plan.Windows
 	}
 	// GPU names and UUIDs for the traces (NVML): initialized here, before
 	// tracing, as loading NVML takes a while.
@@ -253,7 +245,7 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 		opts.GPUs = gpus
 		s.gpus = gpus
 	}
-	if !f.quiet && f.interval > 0 {
+	if !cfg.Quiet && cfg.Interval > 0 {
 		opts.OnWindow = func(w *model.Window) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -311,15 +303,15 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 
 // startCUPTI listens for the injected library and returns the environment
 // the target needs (nil when GPU records are off).
-func (s *session) startCUPTI() ([]string, error) {
-	switch s.flags.cupti {
+func (s *runSession) startCUPTI() ([]string, error) {
+	switch s.plan.CUPTI {
 	case "off":
 		return nil, nil
 	case "auto", "on":
 	default:
-		return nil, fmt.Errorf("--cupti %q: want auto, on or off", s.flags.cupti)
+		return nil, fmt.Errorf("--cupti %q: want auto, on or off", s.plan.CUPTI)
 	}
-	if s.flags.probes != "" && (s.flags.duty == "" || s.flags.windows <= 0) {
+	if s.plan.ProbeOn != 0 && (s.plan.DutyOn == 0 || s.plan.Windows <= 0) {
 		s.log.Info("GPU-side records off with --probe-duty (CPU figures only; --cupti-duty ON/PERIOD --cupti-windows N traces N windows first)")
 		return nil, nil
 	}
@@ -327,14 +319,14 @@ func (s *session) startCUPTI() ([]string, error) {
 		s.log.Warn("CUDA_INJECTION64_PATH is already set; leaving it alone, so no GPU-side records", "path", v)
 		return nil, nil
 	}
-	lib := s.flags.cuptiLib
+	lib := s.cfg.CUPTILib
 	if lib == "" {
 		if exe, err := os.Executable(); err == nil {
 			lib = filepath.Join(filepath.Dir(exe), "libspecprof_cupti.so")
 		}
 	}
 	if _, err := os.Stat(lib); err != nil {
-		if s.flags.cupti == "on" {
+		if s.plan.CUPTI == "on" {
 			return nil, fmt.Errorf("--cupti on: injection library %s: %w (build it with 'make cupti' or pass --cupti-lib)", lib, err)
 		}
 		s.log.Info("GPU-side records off: libspecprof_cupti.so not found next to specprof (make cupti, or --cupti-lib)")
@@ -354,23 +346,19 @@ func (s *session) startCUPTI() ([]string, error) {
 		}
 	}()
 	env := []string{"CUDA_INJECTION64_PATH=" + lib, "SPECPROF_SOCKET=" + sock}
-	if s.flags.duty != "" {
-		on, period, err := parseDuty(s.flags.duty)
-		if err != nil {
-			return nil, err
-		}
-		env = append(env, fmt.Sprintf("SPECPROF_CUPTI_DUTY=%d/%d", on.Milliseconds(), period.Milliseconds()))
+	if p := s.plan; p.DutyOn != 0 {
+		env = append(env, fmt.Sprintf("SPECPROF_CUPTI_DUTY=%d/%d", p.DutyOn.Milliseconds(), p.DutyPeriod.Milliseconds()))
 	}
-	if s.flags.dutyFrom == "cycles" {
+	if s.plan.DutyStart == "cycles" {
 		env = append(env, "SPECPROF_CUPTI_DUTY_START=cycles")
 	}
-	if s.flags.windows > 0 {
-		env = append(env, fmt.Sprintf("SPECPROF_CUPTI_WINDOWS=%d", s.flags.windows))
+	if s.plan.Windows > 0 {
+		env = append(env, fmt.Sprintf("SPECPROF_CUPTI_WINDOWS=%d", s.plan.Windows))
 	}
-	if s.flags.detach {
+	if s.plan.Detach {
 		env = append(env, "SPECPROF_CUPTI_DETACH=1")
 	}
-	if s.flags.graphs == "graph" {
+	if s.plan.GraphRecords {
 		env = append(env, "SPECPROF_CUPTI_KINDS=all,graph")
 	}
 	return env, nil
@@ -388,7 +376,7 @@ const authorizeWait = time.Second
 // directory in the temporary directory (0700: only this user's targets can
 // connect there, which is said in the log). Only the processes this session
 // traces may deliver records (Agent.Traces), each under its own pid.
-func (s *session) listenCUPTI() (*cupti.Receiver, error) {
+func (s *runSession) listenCUPTI() (*cupti.Receiver, error) {
 	cfg := cupti.Config{Logger: s.log, Authorize: func(ctx context.Context, p cupti.Peer) error {
 		ctx, cancel := context.WithTimeout(ctx, authorizeWait)
 		defer cancel()
@@ -432,7 +420,7 @@ func (s *session) listenCUPTI() (*cupti.Receiver, error) {
 }
 
 // finish writes the final report to the terminal and the output directory.
-func (s *session) finish() error {
+func (s *runSession) finish() error {
 	if s.rcv != nil {
 		// The library flushes at the target's exit: read every connection
 		// to its end (a busy agent may still be behind), give late ones
@@ -449,7 +437,11 @@ func (s *session) finish() error {
 	}
 	r := s.ag.Report()
 	r.Spec = s.specTotal()
-	if s.flags.dutyFrom == "cycles" {
+	if r.Tracing == nil {
+		r.Tracing = &model.Tracing{}
+	}
+	r.Tracing.Mode, r.Tracing.Plan = string(s.plan.Mode), s.plan.Describe()
+	if s.plan.DutyStart == "cycles" {
 		for _, p := range r.Processes {
 			if p.GPU != nil && (p.Duty == nil || p.Duty.Windows == 0) {
 				p.Problems = append(p.Problems, "no GPU tracing window opened (--cupti-duty-start cycles): the agent saw no decode cycle of this process; check --preset or --rules")
@@ -491,7 +483,7 @@ func (s *session) finish() error {
 	if repErr == nil {
 		fmt.Fprintf(s.out, "report: %s\n", path)
 	}
-	if s.flags.calltree {
+	if s.cfg.CallTree {
 		if path, err := s.writeCallTree(); err != nil {
 			fmt.Fprintf(s.out, "specprof: %v\n", err)
 		} else if path != "" {
@@ -514,7 +506,7 @@ func (s *session) finish() error {
 }
 
 // writeReportJSON writes the report to report.json in the output directory.
-func (s *session) writeReportJSON(r *model.Report) (string, error) {
+func (s *runSession) writeReportJSON(r *model.Report) (string, error) {
 	f, err := s.dir.create(summary.JSONFile)
 	if err != nil {
 		return "", err
@@ -531,7 +523,7 @@ func (s *session) writeReportJSON(r *model.Report) (string, error) {
 
 // writeCallTree writes the call tree of unattributed launches to
 // calltree.json in the output directory, when any was recorded.
-func (s *session) writeCallTree() (string, error) {
+func (s *runSession) writeCallTree() (string, error) {
 	ct := s.ag.CallTree()
 	if len(ct.Processes) == 0 {
 		return "", nil
@@ -550,7 +542,7 @@ func (s *session) writeCallTree() (string, error) {
 	return f.Name(), nil
 }
 
-func (s *session) close() {
+func (s *runSession) close() {
 	s.dir.close()
 	if s.bpfStats != nil {
 		s.logBPFStats()
@@ -568,7 +560,7 @@ func (s *session) close() {
 // logBPFStats logs, for every probe program that ran, its runs and the
 // kernel's mean run time per run: the program's own cost, without the
 // uprobe trap around it.
-func (s *session) logBPFStats() {
+func (s *runSession) logBPFStats() {
 	seen := map[string]bool{}
 	for _, h := range bpf.Hooks {
 		for _, prog := range []string{h.Prog, h.RetProg} {
@@ -590,10 +582,10 @@ func (s *session) logBPFStats() {
 }
 
 // runAgent runs the agent until done is closed, then drains events.
-func (s *session) runAgent(done <-chan struct{}) error {
+func (s *runSession) runAgent(done <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-done; cancel() }()
-	if !s.flags.quiet {
+	if !s.cfg.Quiet {
 		go s.statusLines(done)
 	}
 	return s.ag.Run(ctx)
@@ -606,7 +598,7 @@ const statusEvery = 10 * time.Second
 // statusLines prints one status line every statusEvery in which no phase
 // table was printed, until done is closed. Whole lines only: the target
 // writes to the same terminal.
-func (s *session) statusLines(done <-chan struct{}) {
+func (s *runSession) statusLines(done <-chan struct{}) {
 	tick := time.NewTicker(statusEvery)
 	defer tick.Stop()
 	seen := 0
@@ -642,8 +634,8 @@ func anyLibrary(r *model.Report) bool {
 // startSpecMetrics sets up the source of accept length and tok/s. It
 // returns the scanners for the target's stdout and stderr lines (log
 // source), or nils.
-func (s *session) startSpecMetrics(canTee bool) (stdout, stderr *specmetrics.LineScanner, err error) {
-	src := s.flags.spec
+func (s *runSession) startSpecMetrics(canTee bool) (stdout, stderr *specmetrics.LineScanner, err error) {
+	src := s.cfg.SpecMetrics
 	switch {
 	case src == "off" || src == "":
 		return nil, nil, nil
@@ -669,7 +661,7 @@ func (s *session) startSpecMetrics(canTee bool) (stdout, stderr *specmetrics.Lin
 
 // writeSpecWindow prints the server's figures under a window table; when
 // the source never reported any, it says so once.
-func (s *session) writeSpecWindow() {
+func (s *runSession) writeSpecWindow() {
 	if s.spec == nil {
 		return
 	}
@@ -701,7 +693,7 @@ func (s *session) writeSpecWindow() {
 	fmt.Fprintf(s.out, "%s (%d %s samples)\n", line, w.Samples, s.specSrc)
 }
 
-func (s *session) specTotal() *model.SpecMetrics {
+func (s *runSession) specTotal() *model.SpecMetrics {
 	if s.spec == nil {
 		return nil
 	}
@@ -720,39 +712,6 @@ func (s *session) specTotal() *model.SpecMetrics {
 		m.TokPerSec = &v
 	}
 	return m
-}
-
-// splitDuty reads ON/PERIOD as two durations.
-func splitDuty(v string) (on, period time.Duration, ok bool) {
-	a, b, ok := strings.Cut(v, "/")
-	if !ok {
-		return 0, 0, false
-	}
-	on, err := time.ParseDuration(a)
-	if err != nil {
-		return 0, 0, false
-	}
-	period, err = time.ParseDuration(b)
-	return on, period, err == nil
-}
-
-// parseProbeDuty reads --probe-duty ON/PERIOD. ON is at least 50 ms: a
-// window's probes take tens of milliseconds to go in and out.
-func parseProbeDuty(v string) (on, period time.Duration, err error) {
-	on, period, ok := splitDuty(v)
-	if !ok || on < 50*time.Millisecond || period <= on || period > time.Hour {
-		return 0, 0, fmt.Errorf("--probe-duty %q: want ON/PERIOD durations with 50ms <= ON < PERIOD <= 1h, e.g. 500ms/10s", v)
-	}
-	return on, period, nil
-}
-
-// parseDuty reads --cupti-duty ON/PERIOD (durations, whole milliseconds).
-func parseDuty(v string) (on, period time.Duration, err error) {
-	on, period, ok := splitDuty(v)
-	if !ok || on < time.Millisecond || period < on || period > time.Hour {
-		return 0, 0, fmt.Errorf("--cupti-duty %q: want ON/PERIOD durations with 1ms <= ON <= PERIOD <= 1h, e.g. 200ms/2s", v)
-	}
-	return on, period, nil
 }
 
 // terminalWidth returns the column count of the terminal w writes to, 0

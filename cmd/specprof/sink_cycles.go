@@ -27,7 +27,7 @@ func init() {
 			fl.BoolVar(&cyclesFlags.on, "cycles-jsonl", false, "write every cycle's timeline (phases, collectives, syncs) to cycles.jsonl in the output directory")
 			fl.BoolVar(&cyclesFlags.kernels, "cycles-kernels", false, "with --cycles-jsonl: include every GPU kernel and copy")
 		},
-		make: func(s *session) (sink, error) {
+		make: func(s *runSession) (sink, error) {
 			if !cyclesFlags.on {
 				return nil, nil
 			}

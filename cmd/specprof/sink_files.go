@@ -33,7 +33,7 @@ func init() {
 			fl.BoolVar(&filesFlags.pprof, "pprof", true, "write the pprof profiles "+pprof.GPUTimeFile+", "+pprof.SyncWaitFile+" and "+pprof.CPUFile+
 				" to the output directory (with --perfetto=false too, specprof stops collecting every GPU record)")
 		},
-		make: func(s *session) (sink, error) {
+		make: func(s *runSession) (sink, error) {
 			if !filesFlags.pprof {
 				return nil, nil
 			}
@@ -49,7 +49,7 @@ func init() {
 			fl.IntVar(&filesFlags.perfettoEvents, "perfetto-max-events", perfetto.DefaultMaxEvents,
 				"events kept for the timeline (about 150 bytes each), beyond which whole cycles are counted, not kept")
 		},
-		make: func(s *session) (sink, error) {
+		make: func(s *runSession) (sink, error) {
 			if !filesFlags.perfetto {
 				return nil, nil
 			}

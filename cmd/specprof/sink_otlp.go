@@ -49,7 +49,7 @@ func init() {
 	})
 }
 
-func newOTLPSink(s *session) (sink, error) {
+func newOTLPSink(s *runSession) (sink, error) {
 	f := &otlpFlags
 	if !f.on && f.endpoint == "" {
 		return nil, nil

@@ -25,7 +25,7 @@ func init() {
 		flags: func(fl *pflag.FlagSet) {
 			fl.StringVar(&promFlags.addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics while profiling (e.g. :9464, default off)")
 		},
-		make: func(s *session) (sink, error) {
+		make: func(s *runSession) (sink, error) {
 			if promFlags.addr == "" {
 				return nil, nil
 			}
@@ -50,7 +50,7 @@ type promSink struct {
 }
 
 // start implements sinkStarter.
-func (p *promSink) start(s *session) error {
+func (p *promSink) start(s *runSession) error {
 	p.m = prom.New(prom.Options{Report: s.ag.Report})
 	for _, sk := range s.sinks {
 		if d, ok := sk.(dropReporter); ok {

@@ -27,7 +27,7 @@ type sink interface {
 type sinkKind struct {
 	name  string
 	flags func(fl *pflag.FlagSet)
-	make  func(s *session) (sink, error)
+	make  func(s *runSession) (sink, error)
 }
 
 var sinkKinds []sinkKind
@@ -38,7 +38,7 @@ func registerSink(k sinkKind) { sinkKinds = append(sinkKinds, k) }
 // (the metrics server reads the agent's report); newSession calls start
 // after every sink is made and the agent created.
 type sinkStarter interface {
-	start(s *session) error
+	start(s *runSession) error
 }
 
 // exportAccounter is a sink that can lose what it exports (the OTLP queue

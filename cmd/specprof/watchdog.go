@@ -60,7 +60,7 @@ type gateWatchdog struct {
 
 // startGateWatchdog starts the watchdog for the processes run's gate stops.
 // It must run before the target starts.
-func (s *session) startGateWatchdog() error {
+func (s *runSession) startGateWatchdog() error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("start the gate watchdog: find own executable: %w", err)
@@ -76,7 +76,7 @@ func (s *session) startGateWatchdog() error {
 		return fmt.Errorf("start the gate watchdog: create its pipe: %w", err)
 	}
 	defer rd.Close()
-	cmd := exec.Command(self, watchdogArg, s.dev.gateTimeout.String())
+	cmd := exec.Command(self, watchdogArg, s.cfg.Dev.GateTimeout.String())
 	cmd.Stderr = os.Stderr
 	cmd.ExtraFiles = []*os.File{mapFile, rd}
 	// Its own process group: job control (Ctrl-Z, Ctrl-C) is for the
