@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Conformance workload: SGLang main (spec v2 EAGLEWorkerV2 under the overlap scheduler,
+"""Conformance workload: SGLang main (spec v2 workers under the overlap scheduler,
 Scheduler.event_loop_overlap), written from the upstream files listed in conformance.yaml.
 
-    python3 workload.py --cycles N --mode graph|eager [--proctitle T]
+    python3 workload.py --cycles N --mode graph|eager [--worker eagle|multilayer|standalone]
+                        [--single-cg-draft] [--proctitle T]
 
-N is the number of steps of the cycle function (EAGLEWorkerV2.forward_batch_generation): one
+--worker picks the worker SpeculativeAlgorithm.create_worker returns: EAGLEWorkerV2 (EAGLE),
+MultiLayerEagleWorkerV2 (EAGLE with --enable-multi-layer-eagle) or StandaloneWorkerV2
+(STANDALONE); --single-cg-draft is SGLANG_ENABLE_SINGLE_CG_DRAFT (multi-layer draft extend in
+one graph). N is the number of steps of the cycle function (forward_batch_generation): one
 prefill, then N-1 decode cycles. Standard library only; CPython 3.10-3.13."""
 
 import argparse
@@ -22,10 +26,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cycles", type=int, default=8)
     p.add_argument("--mode", choices=["graph", "eager"], default="graph")
+    p.add_argument("--worker", choices=["eagle", "multilayer", "standalone"], default="eagle")
+    p.add_argument("--single-cg-draft", action="store_true")
     p.add_argument("--proctitle", default="")
     a = p.parse_args(argv)
     if a.cycles < 1:
         p.error("--cycles must be >= 1 (the first step is the prefill)")
+    if a.single_cg_draft and a.worker != "multilayer":
+        p.error("--single-cg-draft applies to --worker multilayer only")
     if a.proctitle:
         from proctitle import set_proctitle
         set_proctitle(a.proctitle)
@@ -38,7 +46,12 @@ def main(argv=None):
         gpu = SimGpu(cuda, kernels, cuda.stream(), cuda.stream())
         gpu.schedule_stream = cuda.stream()
         gpu.copy_stream = cuda.stream()
-        sa = ServerArgs(disable_cuda_graph=(a.mode == "eager"), num_cycles=a.cycles)
+        sa = ServerArgs(disable_cuda_graph=(a.mode == "eager"), num_cycles=a.cycles,
+                        speculative_algorithm="STANDALONE" if a.worker == "standalone" else "EAGLE",
+                        enable_multi_layer_eagle=(a.worker == "multilayer"),
+                        enable_single_cg_draft=a.single_cg_draft,
+                        # a standalone draft is a small LM of its own, not one EAGLE layer
+                        draft_num_hidden_layers=2 if a.worker == "standalone" else 1)
         s = run_scheduler_process(sa, gpu)
     sys.stdout.write("cycles %d decode %d\n" % (s.forward_ct, s.forward_ct_decode))
     return 0

@@ -10,6 +10,9 @@ class ServerArgs(object):
         self.draft_num_hidden_layers = 1
         self.batch_size = 2
         self.num_cycles = 8
+        self.speculative_algorithm = "EAGLE"
+        self.enable_multi_layer_eagle = False
+        self.enable_single_cg_draft = False  # SGLANG_ENABLE_SINGLE_CG_DRAFT (an env var upstream)
         for k, v in kw.items():
             if not hasattr(self, k):
                 raise TypeError("unknown server arg %r" % k)

@@ -29,11 +29,13 @@ def scheduler_nvtx_method(name):
 
 class Scheduler(object):
     def __init__(self, server_args, gpu):
-        from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
         self.server_args = server_args
         self.gpu = gpu
+        self.spec_algorithm = SpeculativeAlgorithm.from_string(server_args.speculative_algorithm)
         self.tp_worker = TpModelWorker(server_args, gpu, server_args.num_hidden_layers)
-        self.draft_worker = EAGLEWorkerV2(server_args, gpu, target_worker=self.tp_worker)
+        worker_cls = self.spec_algorithm.create_worker(server_args)
+        self.draft_worker = worker_cls(server_args, gpu, target_worker=self.tp_worker)
         self.draft_worker.init_cuda_graphs()
         self.model_worker = self.draft_worker
         self.request_receiver = SchedulerRequestReceiver()

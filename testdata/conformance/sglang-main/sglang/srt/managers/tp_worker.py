@@ -1,5 +1,6 @@
 """Mirrors sglang/srt/managers/tp_worker.py (main): TpModelWorker.forward_batch_generation takes a
-ScheduleBatch, or a prepared forward_batch (spec v2 verify); samples unless verifying."""
+ScheduleBatch, or a prepared forward_batch (spec v2 verify); samples unless verifying. A
+multi-layer EAGLE draft worker holds one ModelRunner per MTP layer (model_runner_list)."""
 
 from sglang.srt.managers.utils import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch
@@ -7,10 +8,17 @@ from sglang.srt.model_executor.model_runner import ModelRunner
 
 
 class TpModelWorker(object):
-    def __init__(self, server_args, gpu, num_layers, is_draft_worker=False):
+    def __init__(self, server_args, gpu, num_layers, is_draft_worker=False, is_multi_layer_eagle=False):
         self.server_args = server_args
         self.gpu = gpu
-        self.model_runner = ModelRunner(server_args, gpu, num_layers, is_draft_worker=is_draft_worker)
+        if is_multi_layer_eagle:
+            # One runner per MTP layer (draft step), each holding that layer's model.
+            self.model_runner_list = [
+                ModelRunner(server_args, gpu, num_layers, is_draft_worker=True)
+                for _ in range(server_args.speculative_num_steps)]
+            self.model_runner = self.model_runner_list[0]
+        else:
+            self.model_runner = ModelRunner(server_args, gpu, num_layers, is_draft_worker=is_draft_worker)
 
     def forward_batch_generation(self, batch=None, forward_batch=None, is_verify=False,
                                  capture_hidden_mode=None, pp_proxy_tensors=None):
