@@ -100,16 +100,6 @@ static struct {
      * "now" (default): the first window opens as soon as an agent listens. Windows at start fall on
      * model loading and warm-up, or on a server waiting for requests. */
     int duty_gated;
-    /* Cost experiments (bench/gpu/launchcost_h200.sh): SPECPROF_CUPTI_LAUNCH_CALLBACKS=0 leaves the
-     * launch callbacks off (graph nodes are then tied to their launch by time only);
-     * SPECPROF_CUPTI_CLOCK=offset converts timestamps with a measured offset instead of CUPTI
-     * calling back for each one. */
-    int no_launch_cb;
-    int clock_offset;
-    /* SPECPROF_CUPTI_SUBSCRIBE=0 (a cost experiment): the activity API alone, without cuptiSubscribe:
-     * no callbacks at all, so no duty cycling, no detach, no late agent's GPU records, and graph nodes
-     * are not tied to their creating launch. It saves little of full tracing's cost (docs/overhead.md). */
-    int no_subscribe;
     uint32_t duty_mask; /* SPECPROF_CUPTI_DUTY_KINDS: the kinds windows switch (default all of K_WINDOWED) */
     int duty_graphs;    /* SPECPROF_CUPTI_DUTY_GRAPHS (default 1); 0: no window opens in a process that has
                          * built CUDA graphs (see g_duty_stopped) */
@@ -139,7 +129,7 @@ static void logmsg(const char *fmt, ...) {
 
 /* Logs each distinct message at most once per process. */
 enum { L_NOLIB, L_VERSION, L_BUSY, L_SUBSCRIBE, L_REGISTER, L_TS, L_TID, L_FILTER, L_ENABLE, L_LAYOUT, L_SOCKET, L_ALLOC,
-       L_GETNEXT, L_DETACH, L_NOSUB, L_NUM };
+       L_GETNEXT, L_DETACH, L_NUM };
 static atomic_int logged[L_NUM];
 #define LOG_ONCE(id, ...)                                          \
     do {                                                           \
@@ -210,9 +200,6 @@ static void read_config(void) {
     cfg.duty_gated = env_choice("SPECPROF_CUPTI_DUTY_START", "now", "cycles", "opening windows from the start");
     cfg.graph_unsub = env_choice("SPECPROF_CUPTI_GRAPH_DETACH", "quiet", "unsubscribe", "using quiet");
     cfg.duty_mask = getenv("SPECPROF_CUPTI_DUTY_KINDS") ? parse_kinds(getenv("SPECPROF_CUPTI_DUTY_KINDS")) : K_ALL | K_GRAPH;
-    cfg.no_launch_cb = env_u64("SPECPROF_CUPTI_LAUNCH_CALLBACKS", 1, 0, 1) == 0;
-    cfg.clock_offset = getenv("SPECPROF_CUPTI_CLOCK") && !strcmp(getenv("SPECPROF_CUPTI_CLOCK"), "offset");
-    cfg.no_subscribe = env_u64("SPECPROF_CUPTI_SUBSCRIBE", 1, 0, 1) == 0;
     cfg.duty_graphs = env_u64("SPECPROF_CUPTI_DUTY_GRAPHS", 1, 0, 1) != 0;
     const char *src = getenv("SPECPROF_CUPTI_API_SOURCE");
     int src_set = src && *src;
@@ -222,21 +209,9 @@ static void read_config(void) {
         else
             logmsg("SPECPROF_CUPTI_API_SOURCE=%s: want activity or callbacks; using CUPTI's activity records", src);
     }
-    if (cfg.api_cb && cfg.no_subscribe) {
-        logmsg("SPECPROF_CUPTI_API_SOURCE=callbacks needs CUPTI's callbacks (SPECPROF_CUPTI_SUBSCRIBE=0); using "
-               "CUPTI's activity records");
-        cfg.api_cb = 0;
-    }
     uint64_t ring = env_u64("SPECPROF_CUPTI_API_RING", 65536, 1024, 1u << 22);
     for (cfg.api_ring = 1024; cfg.api_ring < ring;) cfg.api_ring <<= 1;
     const char *duty = getenv("SPECPROF_CUPTI_DUTY");
-    if (cfg.no_subscribe && ((duty && *duty) || cfg.detach)) {
-        /* Switching the GPU kinds safely needs an application thread's callback (see g_gs). */
-        logmsg("SPECPROF_CUPTI_SUBSCRIBE=0: no duty cycling and no detach without callbacks; tracing GPU activity "
-               "all the time");
-        duty = NULL;
-        cfg.detach = 0;
-    }
     if (duty && *duty && (cfg.kinds & K_GRAPH)) {
         /* On the H200 every graph-loop run whose graph-level tracing was switched by windows crashed
          * in a graph launch (3 of 3, the switch made on the launching thread): never switch it. */
@@ -258,7 +233,7 @@ static void read_config(void) {
      * DRIVER and RUNTIME kinds on and off leaves CUPTI 13.0 giving one correlation id to every later
      * call and kernel of the switching thread, so the windows' launches lose their join; with those
      * kinds never enabled none does (docs/overhead.md, known hazards). */
-    if (cfg.duty_on_ns && !src_set && !cfg.no_subscribe) cfg.api_cb = 1;
+    if (cfg.duty_on_ns && !src_set) cfg.api_cb = 1;
     if (cfg.duty_on_ns && src_set && !cfg.api_cb)
         logmsg("SPECPROF_CUPTI_API_SOURCE=activity with duty-cycled tracing: switching CUPTI's API kinds can leave "
                "it giving every later call one correlation id (their GPU work then lost, and counted)");
@@ -753,7 +728,6 @@ static int g_cb_on; /* the launch callbacks are on (sender) */
 static void set_driver_callbacks(uint32_t on) {
     g_cb_on = (int)on;
     if (!g_sub) return;
-    if (cfg.no_launch_cb && !(g_duty_types & K_API) && !cfg.api_cb) return;
     for (size_t i = 0; i < sizeof tracked_cbids / sizeof tracked_cbids[0]; i++)
         (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, tracked_cbids[i]);
     if ((g_duty_types & K_API) || cfg.api_cb)
@@ -817,9 +791,7 @@ static void set_switch_callbacks(uint32_t on) {
     for (uint32_t c = 1; c < SPC_MAX_CBID; c++) {
         if (!g_drain[c]) continue;
         /* Leaving a switch: keep the callbacks that collection itself has on (set_driver_callbacks). */
-        if (!on && g_cb_on && (g_tracked[c] || (g_duty_types & K_API) || cfg.api_cb) &&
-            (!cfg.no_launch_cb || (g_duty_types & K_API) || cfg.api_cb))
-            continue;
+        if (!on && g_cb_on && (g_tracked[c] || (g_duty_types & K_API) || cfg.api_cb)) continue;
         (void)C.EnableCallback(on, g_sub, SPC_DOMAIN_DRIVER_API, c);
     }
 }
@@ -884,12 +856,6 @@ static void enable_collection(int app_thread) {
     for (size_t i = 0; i < sizeof kind_map / sizeof kind_map[0]; i++)
         if ((cfg.kinds & kind_map[i].type_bit) && !(g_duty_types & kind_map[i].type_bit)) want |= kind_map[i].type_bit;
     gpu = want & K_GPU;
-    if (gpu && !app_thread && !g_sub) {
-        LOG_ONCE(L_NOSUB, "SPECPROF_CUPTI_SUBSCRIBE=0: an agent that connects to a running process gets no GPU "
-                          "records (switching them on safely needs callbacks)");
-        want &= ~K_GPU;
-        gpu = 0;
-    }
     if (gpu && !app_thread) {
         /* An agent that comes later: every kind goes on with the GPU kinds, on an application thread,
          * so that no launch gets an API record without its GPU records (its cycle would look
@@ -961,9 +927,8 @@ static void disable_collection(void) {
     }
     uint32_t gpu = (g_enabled_types | g_duty_types) & K_GPU;
     /* First, so that a window's opening switch (which carries its API kinds) is either cancelled or
-     * applied before those kinds go off below. Without callbacks the GPU kinds stay on (their records
-     * are dropped and counted) rather than be switched under a launch. */
-    if (g_sub) (void)gpu_switch_post(0, gpu);
+     * applied before those kinds go off below. */
+    (void)gpu_switch_post(0, gpu);
     if (g_wstate != W_CLOSED) {
         window_api(0, 0);
         g_wstate = W_CLOSED;
@@ -2069,7 +2034,7 @@ static int version_supported(uint32_t v) {
 /* Subscribes to CUPTI and registers what collection needs. The clock first: CUPTI applies it
  * only to records of kinds enabled after registration. -1: not subscribed (said once). */
 static int subscribe_cupti(void) {
-    spc_result r = cfg.no_subscribe ? SPC_SUCCESS : C.Subscribe(&g_sub, on_callback, NULL);
+    spc_result r = C.Subscribe(&g_sub, on_callback, NULL);
     if (r == SPC_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
         LOG_ONCE(L_BUSY, "another CUPTI client is already subscribed in this process (torch.profiler/Kineto, "
                          "Nsight, ...); specprof steps aside and collects no GPU activity here");
@@ -2079,17 +2044,16 @@ static int subscribe_cupti(void) {
         LOG_ONCE(L_SUBSCRIBE, "cuptiSubscribe: %s; collection disabled", result_str(r));
         return -1;
     }
-    r = C.ActivityRegisterTimestampCallback && !cfg.clock_offset ? C.ActivityRegisterTimestampCallback(timestamp_cb)
-                                                                 : SPC_ERROR_NOT_SUPPORTED;
+    r = C.ActivityRegisterTimestampCallback ? C.ActivityRegisterTimestampCallback(timestamp_cb)
+                                            : SPC_ERROR_NOT_SUPPORTED;
     if (r != SPC_SUCCESS) {
         if (!C.GetTimestamp) {
             LOG_ONCE(L_TS, "cannot align CUPTI's clock with CLOCK_MONOTONIC (no timestamp callback, no "
                            "cuptiGetTimestamp); collection disabled");
-            if (g_sub) C.Unsubscribe(g_sub);
+            C.Unsubscribe(g_sub);
             return -1;
         }
-        if (!cfg.clock_offset)
-            LOG_ONCE(L_TS, "cuptiActivityRegisterTimestampCallback: %s; converting CUPTI timestamps with a "
+        LOG_ONCE(L_TS, "cuptiActivityRegisterTimestampCallback: %s; converting CUPTI timestamps with a "
                            "measured CLOCK_MONOTONIC offset instead",
                      result_str(r));
         g_clock = SPW_CLOCK_OFFSET;
@@ -2106,15 +2070,13 @@ static int subscribe_cupti(void) {
     r = C.ActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != SPC_SUCCESS) {
         LOG_ONCE(L_REGISTER, "cuptiActivityRegisterCallbacks: %s; collection disabled", result_str(r));
-        if (g_sub) C.Unsubscribe(g_sub);
+        C.Unsubscribe(g_sub);
         return -1;
     }
     /* Graph-node callbacks stay on while subscribed: they are rare (capture, instantiation) and a
      * late agent gets the whole retained mapping. */
-    if (g_sub) {
-        (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CREATED);
-        (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CLONED);
-    }
+    (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CREATED);
+    (void)C.EnableCallback(1, g_sub, SPC_DOMAIN_RESOURCE, SPC_CBID_RESOURCE_GRAPHNODE_CLONED);
     return 0;
 }
 
