@@ -227,6 +227,43 @@ func TestNoAgent(t *testing.T) {
 		float64(med(inj))/float64(med(plain)), med(inj), med(plain))
 }
 
+// TestBadConfigLogged: every variable the library cannot use is named in one line of its own,
+// with what is used instead, and the workload runs as without injection.
+func TestBadConfigLogged(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "nobody.sock")
+	args := workloadArgs("eager", 20)
+	bad := map[string]string{
+		"SPECPROF_CUPTI_BUFFERS":    "1",
+		"SPECPROF_CUPTI_FLUSH_MS":   "soon",
+		"SPECPROF_CUPTI_KINDS":      "kernel,bogus",
+		"SPECPROF_CUPTI_DUTY":       "5/2",
+		"SPECPROF_CUPTI_API":        "some",
+		"SPECPROF_CUPTI_DUTY_START": "later",
+	}
+	var env []string
+	for k, v := range bad {
+		env = append(env, k+"="+v)
+	}
+	res := runWorkload(t, injectEnv(t, sock, env...), args...)
+	sameOutput(t, res, args...)
+	lines := specprofLines(res.stderr)
+	for k, v := range bad {
+		n := 0
+		for _, l := range lines {
+			if strings.Contains(l, k+"="+v) || strings.Contains(l, k+": unknown kind") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s=%s: %d lines name it, want 1: %q", k, v, n, lines)
+		}
+	}
+	if len(lines) != len(bad) {
+		t.Errorf("want %d lines, one per bad variable: %q", len(bad), lines)
+	}
+}
+
 // TestNoAgentDetach: with SPECPROF_CUPTI_DETACH=1 and nobody listening the library detaches
 // CUPTI for good, in an application thread's API exit callback, makes no CUPTI call after it,
 // and the workload's output is unchanged.

@@ -7,8 +7,8 @@
 # then subscribed with nothing traced); idlenoov (idle without CUPTI's overhead records); idlek,
 # idleapi (idle with only kernel records, or only API records, ever enabled); fullcb, idlecb (full
 # and idle with the API records made in CUPTI's callbacks, SPECPROF_CUPTI_API_SOURCE=callbacks); injcb
-# (subscribed, launch callbacks on, no kind ever enabled); inj (subscribed, no API callback, no
-# kind); injnosub (CUPTI loaded and its buffer callbacks registered, nothing subscribed or enabled).
+# (subscribed, launch callbacks on, no kind ever enabled); inj (the library injected with no agent
+# listening, no specprof: subscribed, only the graph-node callbacks, no kind; compare with none).
 # GRAPHS=on runs the graph loop instead. Output under $OUT (default /tmp/idlecost): METHOD-REP.json
 # (the workload's result), table.md.
 set -u
@@ -16,7 +16,7 @@ P=${PYTHON:-/opt/torch/.venv/bin/python3}
 OUT=${OUT:-/tmp/idlecost}
 reps=${1:-3} cycles=${2:-1500}
 shift $(($# < 2 ? $# : 2))
-methods=${*:-none ebpf full idle idlenoov injcb inj injnosub}
+methods=${*:-none ebpf full idle idlenoov injcb inj}
 # PIN=1: pinned as in launchcost_h200.sh (pin.sh).
 . "$(dirname "$0")/pin.sh"
 mkdir -p "$OUT"
@@ -45,12 +45,13 @@ one() { # METHOD REP
   idlek) SPECPROF_CUPTI_KINDS=kernel sp on --cupti-duty 1ms/60s -- "$res" ;;
   idleapi) SPECPROF_CUPTI_KINDS=api sp on --cupti-duty 1ms/60s -- "$res" ;;
   injcb) SPECPROF_CUPTI_KINDS=none sp on -- "$res" ;;
-  inj) SPECPROF_CUPTI_KINDS=none SPECPROF_CUPTI_LAUNCH_CALLBACKS=0 sp on -- "$res" ;;
-  injnosub) SPECPROF_CUPTI_KINDS=none SPECPROF_CUPTI_SUBSCRIBE=0 sp on -- "$res" ;;
+  inj) CUDA_INJECTION64_PATH=$PWD/build/libspecprof_cupti.so SPECPROF_SOCKET=/nonexistent/specprof.sock \
+    "${W[@]}" "$P" bench/gpu/spec_loop.py --worker sglang --graphs "${GRAPHS:-off}" --cycles "$cycles" \
+    --noise-scale 0.0518613 --result "$res" ;;
   *) echo "unknown method $1" >&2; return 2 ;;
   esac > /dev/null 2>&1
   local rc=$?
-  [ "$1" != none ] && cp /tmp/idlecost-sp/report.json "$OUT/report-$1-$2.json" 2>/dev/null
+  [ "$1" != none ] && [ "$1" != inj ] && cp /tmp/idlecost-sp/report.json "$OUT/report-$1-$2.json" 2>/dev/null
   return $rc
 }
 for r in $(seq 1 "$reps"); do

@@ -6,8 +6,8 @@
 #   bash bench/gpu/joinloss.sh [CYCLES] [VARIANT...]
 # Variants (all --cupti-duty 100ms/1s unless named): duty (as shipped); gpuonly (only the GPU kinds
 # follow the windows: API records all the time); apionly (only the API and sync records follow the
-# windows: the GPU kinds stay on, nothing switched on application threads); nocb (as duty,
-# SPECPROF_CUPTI_LAUNCH_CALLBACKS=0); short (2ms/10ms); full (no windows: the control).
+# windows: the GPU kinds stay on, nothing switched on application threads); short (2ms/10ms); full
+# (no windows: the control).
 # Output under $OUT (default /tmp/joinloss): VARIANT-report.json, VARIANT-debug.txt, summary.txt.
 set -u
 P=${PYTHON:-/opt/torch/.venv/bin/python3}
@@ -23,7 +23,6 @@ for v in $variants; do
   duty) ;;
   gpuonly) env=(SPECPROF_CUPTI_DUTY_KINDS=kernel,memcpy,memset) ;;
   apionly) env=(SPECPROF_CUPTI_DUTY_KINDS=api,sync) ;;
-  nocb) env=(SPECPROF_CUPTI_LAUNCH_CALLBACKS=0) ;;
   short) flags=(--cupti-duty 2ms/10ms) ;;
   full) flags=() ;;
   *) echo "unknown variant $v" >&2; continue ;;

@@ -3,15 +3,13 @@
 # repository root, as root, on a GPU host with build/specprof and build/libspecprof_cupti.so.
 #   bash bench/gpu/launchcost_h200.sh [REPS] [DEPTH] [METHODS...]
 # Methods: none, ebpf (specprof --cupti off), full (--cupti on), torchprof (torch.profiler), and
-# full's parts: idle (subscribed, a 1 ms window a minute), nocb (no launch callbacks), offset
-# (no timestamp callback), kapi (kernel and API records only), noapi (no API records: the agent
-# cannot join then; what the API records cost), apiall (every API call's record); and through
-# CUPTI's activity API alone, never subscribed to its callbacks (SPECPROF_CUPTI_SUBSCRIBE=0): nosub
-# (as full), nosubk (kernel records only: no join), nosubapi (API records only). What idle's
-# standing cost is made of: idlenoov (idle without CUPTI's overhead records), injcb (subscribed,
-# launch callbacks on, no kind ever enabled), inj (subscribed, no callback, no kind), injnosub
-# (CUPTI loaded and its buffers registered, nothing subscribed or enabled). cbapi: full with the
-# API records made in CUPTI's callbacks (SPECPROF_CUPTI_API_SOURCE=callbacks).
+# full's parts: idle (subscribed, a 1 ms window a minute), kapi (kernel and API records only), noapi
+# (no API records: the agent cannot join then; what the API records cost), apiall (every API call's
+# record). What idle's standing cost is made of: idlenoov (idle without CUPTI's overhead records),
+# injcb (subscribed, launch callbacks on, no kind ever enabled), inj (the library injected with no
+# agent listening, no specprof: subscribed, only the graph-node callbacks, no kind; compare with
+# none). cbapi: full with the API records made in CUPTI's callbacks
+# (SPECPROF_CUPTI_API_SOURCE=callbacks).
 # Output under $OUT (default /tmp/launchcost): METHOD-REP.json per run, table.md.
 set -u
 P=${PYTHON:-/opt/torch/.venv/bin/python3}
@@ -39,19 +37,14 @@ one() { # METHOD REP
   ebpf) sp off -- "${res[@]}" ;;
   full) sp on -- "${res[@]}" ;;
   idle) sp on --cupti-duty 1ms/60s -- "${res[@]}" ;;
-  nocb) SPECPROF_CUPTI_LAUNCH_CALLBACKS=0 sp on -- "${res[@]}" ;;
-  offset) SPECPROF_CUPTI_CLOCK=offset sp on -- "${res[@]}" ;;
   kapi) SPECPROF_CUPTI_KINDS=kernel,api sp on -- "${res[@]}" ;;
   noapi) SPECPROF_CUPTI_KINDS=kernel,memcpy,memset,sync,overhead sp on -- "${res[@]}" ;;
   apiall) SPECPROF_CUPTI_API=all sp on -- "${res[@]}" ;;
-  nosub) SPECPROF_CUPTI_SUBSCRIBE=0 sp on -- "${res[@]}" ;;
-  nosubk) SPECPROF_CUPTI_SUBSCRIBE=0 SPECPROF_CUPTI_KINDS=kernel sp on -- "${res[@]}" ;;
-  nosubapi) SPECPROF_CUPTI_SUBSCRIBE=0 SPECPROF_CUPTI_KINDS=api sp on -- "${res[@]}" ;;
   idlenoov) SPECPROF_CUPTI_KINDS=kernel,memcpy,memset,api,sync sp on --cupti-duty 1ms/60s -- "${res[@]}" ;;
   injcb) SPECPROF_CUPTI_KINDS=none sp on -- "${res[@]}" ;;
   cbapi) SPECPROF_CUPTI_API_SOURCE=callbacks sp on -- "${res[@]}" ;;
-  inj) SPECPROF_CUPTI_KINDS=none SPECPROF_CUPTI_LAUNCH_CALLBACKS=0 sp on -- "${res[@]}" ;;
-  injnosub) SPECPROF_CUPTI_KINDS=none SPECPROF_CUPTI_SUBSCRIBE=0 sp on -- "${res[@]}" ;;
+  inj) CUDA_INJECTION64_PATH=$PWD/build/libspecprof_cupti.so SPECPROF_SOCKET=/nonexistent/specprof.sock \
+    "${W[@]}" "$P" bench/gpu/launchcost.py --depth "$depth" "${res[@]}" ;;
   *) echo "unknown method $1" >&2; return 2 ;;
   esac > /dev/null
 }

@@ -64,8 +64,6 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # switched off before it subscribes to CUPTI (SPECPROF_CUPTI_DISABLE=1), fullduty without OVERHEAD.
 # fulldetach, fulldetachlong and idledetach: fullduty, fulldutylong and fullidle limited to a few
 # windows (--cupti-windows), after which CUPTI is detached for good (--cupti-detach).
-# fullnosub: (c) through CUPTI's activity API alone, never subscribed to its callbacks
-# (SPECPROF_CUPTI_SUBSCRIBE=0): what the subscription costs a fully traced run.
 # fullcb, dutycb: (c) and (c4) with the API records made by the library in CUPTI's callbacks
 # (SPECPROF_CUPTI_API_SOURCE=callbacks) instead of CUPTI's API activity kinds.
 # ebpfwin: (b) with the probes in place only in windows (--probe-duty). probedetach: the sampled
@@ -79,7 +77,7 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # (--cupti-duty-start cycles): with HF's loop made long (--hf-args "--loop-passes N"), the last ones
 # fall in the measured loop, so its cycles get GPU figures.
 EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean", "fullev",
-                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
+                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach",
                  "fullcb", "dutycb", "ebpfwin", "probedetach", "graphquiet", "graphunsub", "probecycles"]
 # The probe windows of ebpfwin and probedetach: a 2.5 % share, what 0.5 % on HF needs (h200.md §18d).
 PROBE_DUTY = "250ms/10s"
@@ -105,7 +103,6 @@ LABEL = {
     "fulldetach": "(c12) as (c4), 6 windows, then CUPTI detached (--cupti-windows 6 --cupti-detach)",
     "fulldetachlong": "(c13) as (c6), 2 windows, then CUPTI detached (--cupti-windows 2 --cupti-detach)",
     "idledetach": "(c14) as (c7), 1 window, then CUPTI detached (--cupti-windows 1 --cupti-detach)",
-    "fullnosub": "(c15) as (c), CUPTI's activity API without its callbacks (SPECPROF_CUPTI_SUBSCRIBE=0)",
     "fullcb": "(c16) as (c), API records made in CUPTI's callbacks (SPECPROF_CUPTI_API_SOURCE=callbacks)",
     "dutycb": "(c17) as (c4), API records made in CUPTI's callbacks",
     "ebpfwin": "(b3) specprof eBPF only, probes in windows (--probe-duty %s)" % PROBE_DUTY,
@@ -119,12 +116,12 @@ TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-pr
           "v3": "v3", "v4": "v4", "cudaev": "cuda-events", "fullall": "none", "fulllean": "none",
           "fullduty": "none", "fullgraph": "none", "fulldutylong": "none", "fullidle": "none", "ebpflean": "none",
           "fullev": "cuda-events", "idlenoov": "none", "idleoff": "none", "dutynoov": "none",
-          "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none", "fullnosub": "none",
+          "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none",
           "fullcb": "none", "dutycb": "none", "ebpfwin": "none", "probedetach": "none",
           "graphquiet": "none", "graphunsub": "none",
           "probecycles": "none"}
 CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "fullev",
-                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach", "fullnosub",
+                 "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach",
                  "fullcb", "dutycb", "probedetach", "graphquiet", "graphunsub", "probecycles")
 # Methods that trace the GPU 1 ms a minute, or not at all: no GPU figures expected.
 IDLE_METHODS = ("fullidle", "idlenoov", "idleoff", "idledetach")
@@ -150,7 +147,7 @@ NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows", "la
 # Seconds a run is expected to take before one was seen (budget planning).
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
 EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0, "fullev": 10.0, "idlenoov": 10.0, "idleoff": 10.0, "dutynoov": 10.0,
-             "fulldetach": 10.0, "fulldetachlong": 10.0, "idledetach": 10.0, "fullnosub": 10.0,
+             "fulldetach": 10.0, "fulldetachlong": 10.0, "idledetach": 10.0,
              "fullcb": 10.0, "dutycb": 10.0, "ebpfwin": 5.0, "probedetach": 10.0, "graphquiet": 10.0, "graphunsub": 10.0, "probecycles": 10.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
@@ -672,8 +669,6 @@ class Suite:
             env["SPECPROF_CUPTI_KINDS"] = "kernel,memcpy,memset,api,sync"
         if method == "idleoff":
             env["SPECPROF_CUPTI_DISABLE"] = "1"
-        if method == "fullnosub":
-            env["SPECPROF_CUPTI_SUBSCRIBE"] = "0"
         if method in ("fullcb", "dutycb"):
             env["SPECPROF_CUPTI_API_SOURCE"] = "callbacks"
         if method == "graphunsub":

@@ -497,7 +497,7 @@ static uint32_t api_thread_id(const simgpu_api_rec *r) {
     return (uint32_t)(uintptr_t)pthread_self();
 }
 
-/* The hazards the H200 showed (specprof_cupti.c, g_gs): a GPU activity kind switched while another
+/* The hazards the H200 showed (cupti/lib/windows.c, spc.gs): a GPU activity kind switched while another
  * thread is inside a CUDA graph launch, or at all while GPU work is in flight, crashed the process.
  * Counted, never harmful here. The simulated GPU schedules each operation when it is launched, so
  * work is in flight while the latest end scheduled so far lies ahead. */
