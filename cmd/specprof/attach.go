@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/specprof/specprof/agent/proc"
+	"github.com/specprof/specprof/session"
 )
 
 func newAttachCmd() *cobra.Command {
@@ -30,13 +31,15 @@ func newAttachCmd() *cobra.Command {
 				return fmt.Errorf("pid %d does not exist", pid)
 			}
 			// CUPTI's library is loaded by the driver at cuInit (CUDA_INJECTION64_PATH): a
-			// running process cannot be given it.
-			if err := f.resolve(); err != nil {
-				return err
+			// running process cannot be given it. Checked on the flags as
+			// given, before the combination rules of Validate.
+			what := "--mode full"
+			if f.cfg.Dev.CUPTI == "on" {
+				what = "--cupti on"
 			}
-			if plan := f.cfg.Plan(); plan.CUPTI == "on" {
-				return fmt.Errorf("--cupti on: attach cannot inject the CUPTI library into a running process; " +
-					"start it under `specprof run` for GPU-side records, or attach with --cupti off")
+			if f.cfg.Dev.CUPTI == "on" || f.cfg.Mode == session.ModeFull {
+				return fmt.Errorf("%s: attach cannot inject the CUPTI library into a running process; "+
+					"start it under `specprof run` for GPU-side records, or attach with --mode cpu", what)
 			}
 			if f.cfg.Dev.DutyStart != "now" {
 				return fmt.Errorf("--cupti-duty-start %s: attach cannot change when a running process's CUPTI library opens its windows; "+

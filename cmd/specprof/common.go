@@ -59,7 +59,7 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	fl.BoolVar(&cfg.Wide, "wide", false, "show every column of the phase tables and leave long lines unwrapped")
 	fl.BoolVarP(&cfg.Verbose, "verbose", "v", false, "log debug messages, among them every tracing window and flush request")
 	fl.StringVar((*string)(&cfg.Mode), "mode", string(cfg.Mode), "how much tracing may cost: auto (chosen per process within --max-overhead), cpu, sampled, snapshot or full")
-	fl.Float64Var(&cfg.MaxOverhead, "max-overhead", cfg.MaxOverhead, "the share of the target's throughput --mode auto lets the launch probes cost (0.02 is 2 %)")
+	fl.Float64Var(&cfg.MaxOverhead, "max-overhead", cfg.MaxOverhead, "the share of the target's throughput --mode auto lets the launch probes cost, as a fraction")
 	fl.StringVar(&cfg.Window, "window", "", "GPU tracing window ON/PERIOD of --mode sampled, snapshot and auto (default 100ms/1s sampled, 500ms/2s otherwise)")
 	fl.IntVar(&cfg.Windows, "windows", 0, "GPU windows of decode cycles --mode snapshot and auto trace before CUPTI detaches (default 3)")
 	fl.StringVar(&cfg.GPURecords, "gpu-records", cfg.GPURecords, "how CUDA graph replays are recorded: 'node' (every kernel) or 'graph' (one record per replay, with --mode full)")
@@ -444,7 +444,7 @@ func (s *runSession) finish() error {
 	if s.plan.DutyStart == "cycles" {
 		for _, p := range r.Processes {
 			if p.GPU != nil && (p.Duty == nil || p.Duty.Windows == 0) {
-				p.Problems = append(p.Problems, "no GPU tracing window opened (--cupti-duty-start cycles): the agent saw no decode cycle of this process; check --preset or --rules")
+				p.Problems = append(p.Problems, "no GPU tracing window opened (windows open only while decode cycles run): the agent saw no decode cycle of this process; check --preset or --rules")
 			}
 		}
 	}

@@ -65,9 +65,9 @@ func TestBadInput(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--cpu-hz", "100000", "--", "true")
 		wantErr(t, out, err, "--cpu-hz 100000", "4999")
 	})
-	t.Run("bad --cupti-graphs", func(t *testing.T) {
-		out, err := runBin(t, nil, "run", "--cupti-graphs", "nodes", "--", "true")
-		wantErr(t, out, err, "--cupti-graphs", "nodes", "'node'", "'graph'")
+	t.Run("bad --gpu-records", func(t *testing.T) {
+		out, err := runBin(t, nil, "run", "--gpu-records", "nodes", "--", "true")
+		wantErr(t, out, err, "--gpu-records", "nodes", "'node'", "'graph'")
 	})
 	t.Run("bad --cupti-duty", func(t *testing.T) {
 		out, err := runBin(t, nil, "run", "--cupti-duty", "2s/1s", "--", "true")
