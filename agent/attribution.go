@@ -90,10 +90,10 @@ func (s *attrState) frame(f model.Frame) *model.FrameStats {
 // noteLaunch counts a kernel or graph launch of phase ph, made while the
 // thread is (or is not) in a cycle; an unattributed one is remembered
 // with its innermost frame for its GPU records.
-func (a *Agent) noteLaunch(p *process, t *thread, e *bpf.APIEvent, ph uint16) {
+func (a *Agent) noteLaunch(p *process, t *thread, e *bpf.APIEvent, ph uint16, connected bool) {
 	s := p.attribution()
 	s.Launches++
-	if !a.gpu.connected(p.pid) {
+	if !connected {
 		s.LaunchesWithoutGPU++
 	}
 	other, outside := ph == 0, !t.inCycle

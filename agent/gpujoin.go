@@ -44,13 +44,13 @@ func (a *Agent) newJoiner() error {
 
 // joinLaunch hands a call that makes GPU work to the joiner, when the
 // process's CUPTI library is connected.
-func (a *Agent) joinLaunch(p *process, t *thread, e *bpf.APIEvent, ph uint16) {
+func (a *Agent) joinLaunch(p *process, t *thread, e *bpf.APIEvent, ph uint16, connected bool) {
 	// Copies and sets join as launches do: CUPTI's memcpy / memset records
 	// carry their call's correlation id, as kernels carry theirs.
 	if !e.API.IsLaunch() && !e.API.IsCopy() {
 		return
 	}
-	if a.joiner == nil || !a.gpu.connected(p.pid) {
+	if a.joiner == nil || !connected {
 		// The library may already record this launch's work while its
 		// connection is not known here yet: the cycle's GPU side would be
 		// partial (closeCycle).

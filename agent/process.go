@@ -392,10 +392,13 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	// Before the join: a launch whose API record came first is matched
 	// (correlate.Options.OnMatch) inside joinLaunch.
 	a.noteCaptureChain(p, t, e)
-	if e.Type == bpf.EvLaunch {
-		a.noteLaunch(p, t, e, ph) // before the join, which may hand out its GPU records at once
+	if e.Type == bpf.EvLaunch || e.API.IsLaunch() || e.API.IsCopy() {
+		conn := a.gpu.connected(p.pid) // once per call: it takes the GPU handler's lock
+		if e.Type == bpf.EvLaunch {
+			a.noteLaunch(p, t, e, ph, conn) // before the join, which may hand out its GPU records at once
+		}
+		a.joinLaunch(p, t, e, ph, conn)
 	}
-	a.joinLaunch(p, t, e, ph)
 	if e.Type == bpf.EvColl && e.API.IsCollective() {
 		p.collectives = true
 	}

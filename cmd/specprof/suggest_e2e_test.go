@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -177,52 +176,12 @@ func checkTaggedCalls(t *testing.T, truthPath, eventsPath string, methodOnly boo
 			}
 		}
 	}
-	got := readEventCycles(t, eventsPath)
-	for tid, want := range truth {
-		have := got[tid]
-		if len(have) != len(want) {
-			t.Errorf("tid %d: %d calls reported, workload made %d", tid, len(have), len(want))
-		}
-		bad := 0
-		for i := 0; i < len(want) && i < len(have); i++ {
-			if want[i].api != have[i].api || want[i].phase != have[i].phase {
-				if bad < 5 {
-					t.Errorf("tid %d call %d: got %s in %q, workload recorded %s in %q", tid, i, have[i].api, have[i].phase, want[i].api, want[i].phase)
-				}
-				bad++
-			}
-		}
-		if bad > 0 {
-			t.Errorf("tid %d: %d of %d calls misattributed", tid, bad, len(want))
+	labelled, _ := conformanceEvents(t, eventsPath)
+	got := map[int][]call{}
+	for tid, ls := range labelled {
+		for _, l := range ls {
+			got[tid] = append(got[tid], call{api: l.api, phase: l.label, ktime: l.ktime})
 		}
 	}
-}
-
-// readEventCycles reads events.jsonl's calls as phase@cycle (phase alone
-// outside cycles), in time order per thread.
-func readEventCycles(t *testing.T, path string) map[int][]call {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int][]call{}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var e eventLine
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			t.Fatalf("event line %q: %v", line, err)
-		}
-		if e.Kind == "sync_exit" || e.Kind == "kernel" || e.Kind == "gpu_api" {
-			continue
-		}
-		ph := e.Phase
-		if e.Cycle != 0 {
-			ph = fmt.Sprintf("%s@%d", ph, e.Cycle)
-		}
-		out[e.TID] = append(out[e.TID], call{api: e.API, phase: ph, ktime: e.Ktime})
-	}
-	for _, cs := range out {
-		sort.SliceStable(cs, func(i, j int) bool { return cs[i].ktime < cs[j].ktime })
-	}
-	return out
+	compareCalls(t, truth, got)
 }
