@@ -330,6 +330,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.pr.SetDeadline(dl)
 				set = now
 				a.flushQuiet(now)
+				a.releaseIdleHolds()
 				a.requestWindows()
 				if stopped.IsZero() {
 					a.reconcile()

@@ -243,3 +243,23 @@ rules:
 		}
 	}
 }
+
+// TestIdleReleasesHeldCycles: a server that pauses gets its last cycles
+// into the figures without waiting for its next request.
+func TestIdleReleasesHeldCycles(t *testing.T) {
+	a, s, _ := stepAgent(t)
+	for c := uint64(1); c <= 3; c++ {
+		s.launch(s.pid, s.step, 0x100)
+		s.record(s.pid, s.sample, 0, 0x1000+c)
+	}
+	s.launch(s.pid, 0, 0) // outside the cycle function: closes cycle 3
+	s.handle(a)
+	cycles := func() int { return a.Report().Processes[0].Threads[0].Cycles }
+	if n := cycles(); n != 0 {
+		t.Fatalf("%d cycles folded while the process runs, want all 3 held", n)
+	}
+	a.releaseIdleHolds() // the events' times lie far in the past
+	if n := cycles(); n != 3 {
+		t.Errorf("%d cycles after the process went idle, want 3", n)
+	}
+}

@@ -54,8 +54,10 @@ type process struct {
 	// recorded (cuEventRecord), for late waits (phase.Cycle.LatePhases);
 	// only kept when the preset has late phases.
 	recorded map[uint64]cycleRef
-	// calls counts the process's hooked calls (Options.AutoProbes).
-	calls int64
+	// calls counts the process's hooked calls (Options.AutoProbes);
+	// lastCall is the time of the latest (releaseIdleHolds).
+	calls    int64
+	lastCall uint64
 }
 
 // cycleRef names one cycle of one thread.
@@ -68,6 +70,36 @@ type cycleRef struct {
 // is folded when the preset has late waits: servers run one or two steps
 // ahead of the thread that waits for their output.
 const lateHold = 4
+
+// lateIdle is how long a process makes no hooked call before the cycles
+// held for late waits are folded: a running server makes its late waits
+// within a cycle or two, and an idle one waits for requests.
+const lateIdle = time.Second
+
+// releaseIdleHolds folds the held cycles of processes idle for lateIdle, so
+// that a server's last cycles before a pause reach the figures. Called from
+// the read loop without a.mu.
+func (a *Agent) releaseIdleHolds() {
+	now := monotonicNow()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.procs {
+		m := a.matcherOf(p)
+		if !m.HasLateWaits() || p.lastCall == 0 || now-p.lastCall < uint64(lateIdle) {
+			continue
+		}
+		for _, t := range p.threads {
+			held := false
+			for _, cc := range t.closed {
+				held = held || cc.holdLate
+				cc.holdLate = false
+			}
+			if held {
+				a.drain(p, t, m, false)
+			}
+		}
+	}
+}
 
 // maxRecorded bounds process.recorded: events are created per batch by
 // some servers and their destruction is not hooked.
@@ -336,6 +368,7 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	}
 	t.calls++
 	p.calls++
+	p.lastCall = e.Ktime
 	if n := e.Py.CycleNo; n != 0 {
 		// Numbers start at 1 for each thread: a first record with a
 		// higher one follows cycles lost whole too.

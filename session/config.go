@@ -246,6 +246,8 @@ func (c *Config) Validate() error {
 		bad("--mode %q: want one of %s", c.Mode, modeList())
 	case c.Dev.custom() && c.Mode != ModeAuto:
 		bad("--mode %s with the developer tracing knobs (--cupti, --cupti-duty, --probe-duty, …): give one or the other", c.Mode)
+	case c.Dev.custom():
+		// No mode: the knobs' own rules apply (DevConfig.validate).
 	case c.Mode == ModeCPU && (c.Window != "" || c.Windows != 0 || c.GPURecords != "node"):
 		bad("--mode cpu records no GPU work: --window, --windows and --gpu-records do nothing with it")
 	case c.Mode == ModeFull && (c.Window != "" || c.Windows != 0):
@@ -293,7 +295,7 @@ func (d *DevConfig) validate(gpuRecords string) error {
 	case d.Detach && d.Windows == 0:
 		return fmt.Errorf("--cupti-detach: the detach is final, so it comes after the last window: give --cupti-duty ON/PERIOD and --cupti-windows N")
 	case gpuRecords == "graph" && d.Duty != "":
-		return fmt.Errorf("--gpu-records graph with --cupti-duty: graph-level records cannot be switched on and off (it crashes CUDA graph launches); use one or the other")
+		return fmt.Errorf("--cupti-graphs graph with --cupti-duty: not supported, graph-level records cannot be switched on and off (it crashes CUDA graph launches); use one or the other")
 	}
 	if d.ProbeDuty != "" {
 		if _, _, err := ParseProbeWindow(d.ProbeDuty); err != nil {
