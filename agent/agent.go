@@ -99,6 +99,9 @@ type Event struct {
 	API      string
 	Phase    string
 	Cycle    int // 1-based cycle number of the thread, 0 outside cycles
+	// CycleTID, when not 0, is the thread whose cycle Cycle is: a late wait
+	// (phase.Cycle.LatePhases) on one thread for another thread's cycle.
+	CycleTID int
 	Stream   uint64
 	Handle   uint64
 	Bytes    int64 // collectives and copies
@@ -748,4 +751,31 @@ func (a *Agent) phaseOrder(id uint16, m *phase.Matcher) int {
 		return o
 	}
 	return 1 << 20
+}
+
+// Status is a cheap summary of a running session, for a live status line.
+type Status struct {
+	Processes int    // processes with CUDA libraries traced
+	Cycles    int    // cycles folded into the figures, all threads
+	OpenCycle bool   // some thread is inside a cycle now
+	Calls     int64  // hooked calls attributed
+	Lost      uint64 // records lost to a full ring buffer or scratch space
+}
+
+// Status returns the session's Status.
+func (a *Agent) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := Status{Lost: a.rep.Loss.RingBuf + a.rep.Loss.Scratch}
+	for _, p := range a.procs {
+		if len(p.libs) > 0 && !p.exited {
+			s.Processes++
+		}
+		for _, t := range p.threads {
+			s.Cycles += t.cycles
+			s.Calls += t.calls
+			s.OpenCycle = s.OpenCycle || t.inCycle
+		}
+	}
+	return s
 }

@@ -191,6 +191,11 @@ type Loss struct {
 	// space (a full ring buffer), from the per-thread cycle count BPF keeps
 	// (bpf.Py.CycleNo).
 	CyclesLostWhole uint64 `json:"cycles_lost_whole"`
+	// LateWaitsTooLate counts late waits (phase.Cycle.LatePhases) whose
+	// cycle had been folded into the figures before the wait began or
+	// ended: a cycle is held until its thread has closed four cycles
+	// after it. Their wait time is in no cycle.
+	LateWaitsTooLate uint64 `json:"late_waits_too_late"`
 	// SampleTornFrames counts frames of CPU samples that were not code
 	// objects: the sample stopped the interpreter while it pushed a frame.
 	SampleTornFrames uint64 `json:"cpu_sample_torn_frames"`

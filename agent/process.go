@@ -46,7 +46,26 @@ type process struct {
 	// lastCycleEnd is the last call of the last cycle closed (any thread;
 	// CLOCK_MONOTONIC ns): cycles run (requestWindows).
 	lastCycleEnd uint64
+	// recorded maps a CUDA event handle to the cycle in which it was last
+	// recorded (cuEventRecord), for late waits (phase.Cycle.LatePhases);
+	// only kept when the preset has late phases.
+	recorded map[uint64]cycleRef
 }
+
+// cycleRef names one cycle of one thread.
+type cycleRef struct {
+	t  *thread
+	no int
+}
+
+// lateHold is how many later cycles a thread closes before a closed cycle
+// is folded when the preset has late waits: servers run one or two steps
+// ahead of the thread that waits for their output.
+const lateHold = 4
+
+// maxRecorded bounds process.recorded: events are created per batch by
+// some servers and their destruction is not hooked.
+const maxRecorded = 4096
 
 func (p *process) problem(s string) {
 	if p.probs == nil {
@@ -71,6 +90,9 @@ type pendingSync struct {
 	site  string
 	frame Frame // with Options.OnCycle
 	bytes int64
+	// late, when set, is the earlier cycle this wait is for
+	// (phase.Cycle.LatePhases): its time goes there.
+	late *cycleRef
 }
 
 type thread struct {
@@ -80,6 +102,10 @@ type thread struct {
 	cycleFrame uint64
 	sawStart   bool
 	sawAfter   bool
+	// leftFn: a call made outside the cycle function kept the open cycle
+	// (phase.Cycle.ContinuePhases, LatePhases): the function's next call
+	// is a new call, so a new cycle.
+	leftFn     bool
 	cycleNo    int
 	cycleFirst uint64
 	cycleLast  uint64
@@ -321,10 +347,33 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	if walkFailed {
 		t.lossCur = t.lossCur || t.inCycle
 	}
-	a.advanceCycle(p, t, ph, cyc, e.Ktime, m)
+	// A late wait (phase.Cycle.LatePhases) is for the cycle that recorded
+	// its event; made outside the cycle function it leaves the calling
+	// thread's cycle as it is.
+	var late *cycleRef
+	if e.Type == bpf.EvSyncEnter && m.LateWait(ph) {
+		late = p.lateCycle(e)
+	}
+	if late != nil && cyc == 0 {
+		if t.inCycle {
+			t.leftFn = true
+		}
+	} else {
+		a.advanceCycle(p, t, ph, cyc, e.Ktime, m)
+	}
 	// This thread's lost records, if any, came before this call: a cycle
 	// it begins later is whole.
 	t.lossNext = walkFailed
+	if e.API == bpf.APIEventRecord && m.HasLateWaits() {
+		p.noteRecord(t, e.Handle)
+	}
+	if late != nil {
+		if st := a.lateStats(late, ph, m); st != nil {
+			a.onLateSync(p, t, e, ph, late, st, m)
+			return
+		}
+		a.rep.Loss.LateWaitsTooLate++
+	}
 
 	acc := t.acc(ph, e.Ktime, m)
 	// Before the join: a launch whose API record came first is matched
@@ -381,6 +430,85 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	}
 }
 
+// lateCycle returns the cycle a late wait is for: the one that last
+// recorded the event it synchronizes, if that was inside a cycle.
+func (p *process) lateCycle(e *bpf.APIEvent) *cycleRef {
+	if e.API != bpf.APIEventSync {
+		return nil
+	}
+	r, ok := p.recorded[e.Handle]
+	if !ok {
+		return nil
+	}
+	return &r
+}
+
+// noteRecord remembers the cycle in which thread t recorded an event.
+func (p *process) noteRecord(t *thread, handle uint64) {
+	if !t.inCycle {
+		delete(p.recorded, handle)
+		return
+	}
+	if p.recorded == nil {
+		p.recorded = map[uint64]cycleRef{}
+	}
+	if len(p.recorded) >= maxRecorded {
+		// Events of cycles folded already can no longer take a wait.
+		for h, r := range p.recorded {
+			if !r.t.holds(r.no) {
+				delete(p.recorded, h)
+			}
+		}
+		if len(p.recorded) >= maxRecorded {
+			clear(p.recorded)
+		}
+	}
+	p.recorded[handle] = cycleRef{t: t, no: t.cycleNo}
+}
+
+// holds reports whether cycle no of the thread is open or closed and not
+// yet folded into the figures.
+func (t *thread) holds(no int) bool {
+	return (t.inCycle && t.cycleNo == no) || t.byCycle[no] != nil
+}
+
+// lateStats returns the figures of phase ph in cycle r, which a late wait
+// adds to: the open cycle's accumulator, or a closed cycle not yet folded;
+// nil when the cycle was folded.
+func (a *Agent) lateStats(r *cycleRef, ph uint16, m *phase.Matcher) *PhaseStats {
+	t := r.t
+	if t.inCycle && t.cycleNo == r.no {
+		pa := t.cur[ph]
+		if pa == nil {
+			// No call of its own: its CPU span stays 0 (closeCycle).
+			pa = &phaseAcc{PhaseStats: PhaseStats{Phase: m.PhaseName(ph)}}
+			t.cur[ph] = pa
+		}
+		return &pa.PhaseStats
+	}
+	if cc := t.byCycle[r.no]; cc != nil {
+		return cc.phase(ph, m)
+	}
+	return nil
+}
+
+// onLateSync counts a late wait's call in the cycle it waits for; its
+// return adds the wait there (onSyncExit). Neither the cycle's CPU span
+// nor its timeline take it: the wait runs while later cycles do.
+func (a *Agent) onLateSync(p *process, t *thread, e *bpf.APIEvent, ph uint16, r *cycleRef, st *PhaseStats, m *phase.Matcher) {
+	st.Syncs++
+	site := a.site(p, e)
+	t.pending = append(t.pending, pendingSync{api: e.API, ktime: e.Ktime, phase: ph, site: site, late: r})
+	if a.opts.OnEvent != nil {
+		ev := Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: kindOf(e.Type), API: e.API.String(),
+			Phase: m.PhaseName(ph), Stream: e.Stream, Handle: e.Handle, Cycle: r.no, Site: site}
+		if r.t != t {
+			ev.CycleTID = r.t.tid
+		}
+		a.opts.OnEvent(&ev)
+	}
+}
+
 func (a *Agent) onSyncExit(e *bpf.SyncExit) {
 	p := a.proc(int(e.PID))
 	t := p.thread(int(e.TID))
@@ -403,8 +531,12 @@ func (a *Agent) onSyncExit(e *bpf.SyncExit) {
 		}
 		t.pending = append(t.pending[:i], t.pending[i+1:]...)
 		m := a.matcherOf(p)
-		acc := t.acc(ps.phase, e.Ktime, m)
 		wait := int64(e.Ktime - ps.ktime)
+		if ps.late != nil {
+			a.lateSyncExit(e, ps, wait, m)
+			return
+		}
+		acc := t.acc(ps.phase, e.Ktime, m)
 		acc.SyncWaitNs += wait
 		if a.tracing() {
 			a.traceSync(p, t, ps, wait, m)
@@ -435,6 +567,30 @@ func (a *Agent) onSyncExit(e *bpf.SyncExit) {
 	a.rep.Loss.UnmatchedExit++
 }
 
+// lateSyncExit adds a late wait's time to the cycle it waits for.
+func (a *Agent) lateSyncExit(e *bpf.SyncExit, ps pendingSync, wait int64, m *phase.Matcher) {
+	st := a.lateStats(ps.late, ps.phase, m)
+	if st == nil {
+		a.rep.Loss.LateWaitsTooLate++
+		return
+	}
+	st.SyncWaitNs += wait
+	if ps.site != "" {
+		if st.SyncSites == nil {
+			st.SyncSites = map[string]int64{}
+		}
+		st.SyncSites[ps.site] += wait
+	}
+	if a.opts.OnEvent != nil {
+		ev := Event{PID: int(e.PID), TID: int(e.TID), Ktime: e.Ktime, Kind: "sync_exit", API: e.API.String(),
+			Phase: m.PhaseName(ps.phase), WaitNs: wait, Site: ps.site, Cycle: ps.late.no}
+		if ps.late.t.tid != int(e.TID) {
+			ev.CycleTID = ps.late.t.tid
+		}
+		a.opts.OnEvent(&ev)
+	}
+}
+
 // acc returns the accumulator of phase ph for the thread's current cycle,
 // or the outside-cycle totals.
 func (t *thread) acc(ph uint16, ktime uint64, m *phase.Matcher) *phaseAcc {
@@ -451,6 +607,8 @@ func (t *thread) acc(ph uint16, ktime uint64, m *phase.Matcher) *phaseAcc {
 	if pa == nil {
 		pa = &phaseAcc{PhaseStats: PhaseStats{Phase: m.PhaseName(ph)}, first: ktime}
 		t.cur[ph] = pa
+	} else if pa.first == 0 { // made by a late wait (lateStats)
+		pa.first = ktime
 	}
 	if ktime > pa.last {
 		pa.last = ktime
@@ -468,12 +626,16 @@ func (t *thread) acc(ph uint16, ktime uint64, m *phase.Matcher) *phaseAcc {
 func (a *Agent) advanceCycle(p *process, t *thread, ph uint16, cyc uint64, ktime uint64, m *phase.Matcher) {
 	start := m.CycleStartPhase()
 	if cyc == 0 {
+		if t.inCycle && m.ContinuesCycle(ph) {
+			t.leftFn = true
+			return
+		}
 		if t.inCycle {
 			a.closeCycle(p, t, m)
 		}
 		return
 	}
-	newCycle := !t.inCycle || cyc != t.cycleFrame
+	newCycle := !t.inCycle || cyc != t.cycleFrame || t.leftFn
 	if !newCycle && start != 0 && ph == start && t.sawAfter {
 		newCycle = true
 	}
@@ -493,7 +655,7 @@ func (a *Agent) advanceCycle(p *process, t *thread, ph uint16, cyc uint64, ktime
 		t.cycleNo++
 		t.cycleFirst = ktime
 		t.cycleLast = ktime
-		t.sawStart, t.sawAfter = false, false
+		t.sawStart, t.sawAfter, t.leftFn = false, false, false
 	}
 	if ph == start {
 		t.sawStart = true
@@ -533,6 +695,10 @@ type closedCycle struct {
 	// lossCut: call records went missing while it was open (full ring
 	// buffer): left out.
 	lossCut bool
+	// holdLate: the preset has late waits, which come while the next
+	// cycle or two run: folded once the thread has closed lateHold cycles
+	// after it (or the process ends).
+	holdLate bool
 }
 
 // lostRecords: call or sync-exit records were lost to a full ring buffer
@@ -557,14 +723,16 @@ func (a *Agent) closeCycle(p *process, t *thread, m *phase.Matcher) {
 		p.lastCycleEnd = t.cycleLast
 	}
 	cc := &closedCycle{no: t.cycleNo, spanNs: int64(t.cycleLast - t.cycleFirst), phases: map[uint16]*PhaseStats{},
-		first: t.cycleFirst, last: t.cycleLast, cut: t.cutCur, lossCut: t.lossCur}
+		first: t.cycleFirst, last: t.cycleLast, cut: t.cutCur, lossCut: t.lossCur, holdLate: m.HasLateWaits()}
 	t.cutCur, t.lossCur = false, false
 	if a.tracing() {
 		cc.spans = make(map[uint16][2]uint64, len(t.cur))
 	}
 	for ph, pa := range t.cur {
 		pa.Cycles = 1
-		pa.CPUSpanNs = int64(pa.last - pa.first)
+		if pa.first != 0 {
+			pa.CPUSpanNs = int64(pa.last - pa.first)
+		}
 		st := pa.PhaseStats
 		cc.phases[ph] = &st
 		if cc.spans != nil {
@@ -625,6 +793,9 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 	for len(t.closed) > 0 {
 		cc := t.closed[0]
 		if cc.gpuPending > 0 && !force {
+			return
+		}
+		if cc.holdLate && !force && t.cycleNo < cc.no+lateHold {
 			return
 		}
 		// Its window's close has not come yet: whether the cycle was
@@ -697,11 +868,18 @@ func (a *Agent) drain(p *process, t *thread, m *phase.Matcher, force bool) {
 	}
 }
 
+// closeCycles closes every thread's open cycle when the process exits or
+// execs: no late wait can come any more, so none is held for one.
 func (p *process) closeCycles(a *Agent) {
 	m := a.matcherOf(p)
 	for _, t := range p.threads {
 		a.closeCycle(p, t, m)
+		for _, cc := range t.closed {
+			cc.holdLate = false
+		}
+		a.drain(p, t, m, false)
 	}
+	p.recorded = nil
 }
 
 func (p *process) report(a *Agent) *ProcessReport {

@@ -23,7 +23,8 @@ import (
 // inside the cycle function but the thread has no open cycle yet (the CPU
 // work before a cycle's first driver call, e.g. draft preparation), or a
 // different call of it, or the cycle's start phase after other phases (the
-// rules of advanceCycle). Such samples are kept with the thread's calls
+// rules of advanceCycle). A sample outside the cycle function in one of
+// the preset's continue phases belongs to the open cycle. Such samples are kept with the thread's calls
 // outside cycles until that cycle closes, so none is lost when it never
 // does. Samples outside the cycle function count outside cycles. Samples
 // between a cycle's last call and the next cycle's first call that cannot be
@@ -170,11 +171,15 @@ func (a *Agent) countSample(t *thread, ph uint16, cyc uint64, w int64, m *phase.
 		pa.CPUNs += w
 	}
 	if cyc == 0 {
+		if t.inCycle && m.ContinuesCycle(ph) {
+			add(t.cycleNo, false)
+			return t.cycleNo
+		}
 		outside()
 		return 0
 	}
 	start := m.CycleStartPhase()
-	if t.inCycle && cyc == t.cycleFrame && !(start != 0 && ph == start && t.sawAfter) {
+	if t.inCycle && cyc == t.cycleFrame && !t.leftFn && !(start != 0 && ph == start && t.sawAfter) {
 		add(t.cycleNo, false)
 		return t.cycleNo
 	}

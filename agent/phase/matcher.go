@@ -53,6 +53,7 @@ type Matcher struct {
 	marker     *regexp.Regexp // on qualname, or on co_name on 3.10; nil if unused
 	cycle      *cmatch
 	startPhase uint16
+	cont, late []bool // by phase id: Cycle.ContinuePhases, Cycle.LatePhases
 	process    *regexp.Regexp
 	mainThread bool
 }
@@ -125,6 +126,8 @@ func (p *Preset) Compile(py310 bool) (*Matcher, error) {
 			return nil, err
 		}
 		m.startPhase = m.ids[c.StartPhase]
+		m.cont = m.phaseSet(c.ContinuePhases)
+		m.late = m.phaseSet(c.LatePhases)
 	}
 	if pr := p.Process; pr != nil {
 		m.mainThread = pr.MainThread
@@ -211,6 +214,29 @@ func (m *Matcher) NumPhases() int { return len(m.byID) }
 // CycleStartPhase returns the id of the phase that begins a cycle, 0 if the
 // preset defines no cycle.
 func (m *Matcher) CycleStartPhase() uint16 { return m.startPhase }
+
+func (m *Matcher) phaseSet(names []string) []bool {
+	if len(names) == 0 {
+		return nil
+	}
+	set := make([]bool, len(m.byID))
+	for _, n := range names {
+		set[m.ids[n]] = true
+	}
+	return set
+}
+
+// ContinuesCycle reports whether a call of phase id made outside the cycle
+// function belongs to the open cycle (Cycle.ContinuePhases).
+func (m *Matcher) ContinuesCycle(id uint16) bool { return int(id) < len(m.cont) && m.cont[id] }
+
+// LateWait reports whether a blocking call of phase id waits for the cycle
+// that recorded its event (Cycle.LatePhases).
+func (m *Matcher) LateWait(id uint16) bool { return int(id) < len(m.late) && m.late[id] }
+
+// HasLateWaits reports whether the preset declares late phases: closed
+// cycles are then held until their late waits can have come.
+func (m *Matcher) HasLateWaits() bool { return m.late != nil }
 
 // MatchProcess reports whether a process with this command line is a
 // target. NUL-separated /proc/PID/cmdline contents are accepted.

@@ -70,6 +70,19 @@ type Cycle struct {
 	StartPhase string `yaml:"start_phase"`
 	// Py310, when set, replaces Match on Python 3.10.
 	Py310 *Match `yaml:"py310,omitempty"`
+	// ContinuePhases lists phases whose calls, made with no cycle-function
+	// frame on the stack, still belong to the thread's open cycle instead
+	// of closing it: vLLM's sample_tokens after execute_model, SGLang's
+	// run_batch tail after forward_batch_generation. After such a call the
+	// next call of the cycle function begins a new cycle.
+	ContinuePhases []string `yaml:"continue_phases,omitempty"`
+	// LatePhases lists phases whose blocking calls wait for an earlier
+	// cycle's work: an event synchronize in one of them, on any thread of
+	// the process, belongs to the cycle during which that event was last
+	// recorded (SGLang's overlap scheduler processes batch N's result after
+	// launching batch N+1; vLLM's async output thread). Such a call neither
+	// closes nor continues the calling thread's open cycle.
+	LatePhases []string `yaml:"late_phases,omitempty"`
 }
 
 // Process selects the processes (and threads) a preset applies to.
@@ -615,6 +628,24 @@ func (p *Preset) validate() error {
 		}
 		if err := checkPhase(where, "start_phase", c.StartPhase); err != nil {
 			return err
+		}
+		seen := map[string]string{}
+		for _, l := range []struct {
+			key   string
+			names []string
+		}{{"continue_phases", c.ContinuePhases}, {"late_phases", c.LatePhases}} {
+			for _, n := range l.names {
+				if err := checkPhase(where+": "+l.key, "phase", n); err != nil {
+					return err
+				}
+				if n == c.StartPhase {
+					return fmt.Errorf("%s: %s: %q is the start_phase, which begins cycles: remove it from %s", where, l.key, n, l.key)
+				}
+				if k, dup := seen[n]; dup {
+					return fmt.Errorf("%s: phase %q is listed in %s and in %s: list it once", where, n, k, l.key)
+				}
+				seen[n] = l.key
+			}
 		}
 	}
 	if p.Process != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,4 +99,63 @@ func TestRunTargetGetsNoCapabilities(t *testing.T) {
 			t.Errorf("target of root-run specprof has no effective capability:\n%s", out)
 		}
 	})
+}
+
+// TestRunWithCapabilitiesOnly: the demo under a non-root user that holds
+// exactly the four capabilities profiles the workload as root does: every
+// cycle, GPU records from the (mock) CUPTI library through a socket the
+// user may create, and no warning about missing capabilities.
+func TestRunWithCapabilitiesOnly(t *testing.T) {
+	injLib, mockCupti, std, bin, root := standins(t)
+	const python = "/usr/bin/python3.11" // pyenv's live under /root, which the user cannot read
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("%s: %v (Debian's python3.11 is one of the test interpreters)", python, err)
+	}
+	dir, err := os.MkdirTemp("", "specprof-capsdemo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	// What the user runs, copied where it may read it: a checkout under
+	// /root (CI's) is not readable by other users.
+	cp := exec.Command("sh", "-c", `set -e; mkdir -p "$1/lib" "$1/workloads"; cp "$2" "$3" "$4" "$1/"; cp -a "$5"/. "$1/lib/"; cp -a "$6"/. "$1/workloads/"; chmod -R a+rX "$1"`,
+		"sh", dir, bin, injLib, mockCupti, std, filepath.Join(root, "testdata/workloads"))
+	if o, err := cp.CombinedOutput(); err != nil {
+		t.Fatalf("copy the binaries and the workload: %v\n%s", err, o)
+	}
+	bin, injLib, mockCupti, std = filepath.Join(dir, filepath.Base(bin)), filepath.Join(dir, filepath.Base(injLib)), filepath.Join(dir, filepath.Base(mockCupti)), filepath.Join(dir, "lib")
+	workload := filepath.Join(dir, "workloads", "sglang_demo.py")
+	const cycles = 30
+	out := filepath.Join(dir, "out")
+	cmd := exec.Command(bin, "run", "--interval", "0", "--cupti", "on", "--cupti-lib", injLib, "-o", out, "--",
+		python, workload, "--cycles", fmt.Sprint(cycles), "--mode", "graph",
+		"--proctitle", "sglang::scheduler_TP0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, AmbientCaps: specprofCaps}
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+std, "SPECPROF_CUPTI_LIB="+mockCupti, "HOME="+dir, "TMPDIR="+dir, "XDG_RUNTIME_DIR=")
+	res, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("specprof run as uid 65534 with %v: %v\n%s", specprofCaps, err, res)
+	}
+	if strings.Contains(string(res), "missing CAP_") || strings.Contains(string(res), "not running as root") {
+		t.Errorf("warned about capabilities it holds:\n%s", res)
+	}
+	rep := readReport(t, out)
+	if len(rep.Processes) != 1 {
+		t.Fatalf("%d processes in the report, want 1:\n%s", len(rep.Processes), res)
+	}
+	p := rep.Processes[0]
+	cyc := 0
+	for _, th := range p.Threads {
+		cyc += th.Cycles
+	}
+	if cyc != cycles {
+		t.Errorf("%d cycles, the workload ran %d:\n%s", cyc, cycles, res)
+	}
+	if p.GPU == nil || p.GPU.Kernels == 0 {
+		t.Errorf("no GPU records from the CUPTI library:\n%s", res)
+	}
 }

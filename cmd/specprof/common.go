@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/specprof/specprof/agent"
 	"github.com/specprof/specprof/agent/gpuinfo"
@@ -54,6 +55,7 @@ type sessionFlags struct {
 	windows  int
 	graphs   string
 	probes   string // --probe-duty
+	wide     bool
 }
 
 func (f *sessionFlags) register(c *cobra.Command) {
@@ -66,6 +68,7 @@ func (f *sessionFlags) register(c *cobra.Command) {
 		"(without it the directory must be new or empty; links are never written through)")
 	fl.StringVar(&f.events, "events", "", "also write every attributed call as JSON lines to this file (a new file, unless --force)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no periodic tables")
+	fl.BoolVar(&f.wide, "wide", false, "show every column of the phase tables and leave long lines unwrapped")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "debug logging")
 	fl.StringVar(&f.cupti, "cupti", "auto", "GPU-side records through the injected CUPTI library: auto (when the library is found), on, off")
 	fl.StringVar(&f.cuptiLib, "cupti-lib", "", "path of libspecprof_cupti.so (default: next to the specprof executable)")
@@ -96,7 +99,9 @@ type session struct {
 	tr     *bpf.Tracer
 	ag     *agent.Agent
 	out    io.Writer
+	layout summary.Layout
 	mu     sync.Mutex
+	tables int // phase tables printed (statusLines)
 	evFile *os.File
 	evEnc  *eventWriter
 	dir    *outDir
@@ -176,7 +181,7 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	s := &session{flags: f, out: out, log: log}
+	s := &session{flags: f, out: out, log: log, layout: summary.Layout{Width: terminalWidth(out), Wide: f.wide}}
 	if s.dev, err = readDevKnobs(); err != nil {
 		return nil, err
 	}
@@ -201,8 +206,10 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 		}
 		s.evEnc = newEventWriter(s.evFile)
 	}
-	if os.Geteuid() != 0 {
-		log.Warn("not running as root: specprof needs root or CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH")
+	if missing, err := missingCaps(); err != nil {
+		log.Warn("not running as root, and the capabilities could not be read", "err", err)
+	} else if len(missing) > 0 {
+		log.Warn("not running as root and missing " + strings.Join(missing, ", ") + ": specprof needs root or CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH")
 	}
 	tr, err := bpf.Load()
 	if err != nil {
@@ -246,7 +253,8 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 		opts.OnWindow = func(w *agent.Window) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			_ = summary.WriteWindow(s.out, fmt.Sprintf("[specprof] pid %d", w.PID), w)
+			_ = summary.WriteWindow(s.out, fmt.Sprintf("[specprof] pid %d", w.PID), w, s.layout)
+			s.tables++
 			s.writeSpecWindow()
 		}
 	}
@@ -462,7 +470,7 @@ func (s *session) finish() error {
 			r.Exports = append(r.Exports, ea.exportStats())
 		}
 	}
-	if err := summary.WriteReport(s.out, r); err != nil {
+	if err := summary.WriteReport(s.out, r, s.layout); err != nil {
 		return fmt.Errorf("write the report: %w", err)
 	}
 	if s.specLinesDropped > 0 {
@@ -553,7 +561,41 @@ func (s *session) logBPFStats() {
 func (s *session) runAgent(done <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-done; cancel() }()
+	if !s.flags.quiet {
+		go s.statusLines(done)
+	}
 	return s.ag.Run(ctx)
+}
+
+// statusEvery is how often a status line is printed while no phase table
+// is (a server waiting for requests, or --interval 0).
+const statusEvery = 10 * time.Second
+
+// statusLines prints one status line every statusEvery in which no phase
+// table was printed, until done is closed. Whole lines only: the target
+// writes to the same terminal.
+func (s *session) statusLines(done <-chan struct{}) {
+	tick := time.NewTicker(statusEvery)
+	defer tick.Stop()
+	seen := 0
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		st := s.ag.Status()
+		s.mu.Lock()
+		if s.tables == seen {
+			what := "waiting for cycles"
+			if st.OpenCycle || st.Cycles > 0 {
+				what = "running"
+			}
+			fmt.Fprintf(s.out, "[specprof] %s: %d processes traced, %d cycles, %d calls, %d records lost\n", what, st.Processes, st.Cycles, st.Calls, st.Lost)
+		}
+		seen = s.tables
+		s.mu.Unlock()
+	}
 }
 
 func anyLibrary(r *agent.Report) bool {
@@ -679,4 +721,18 @@ func parseDuty(v string) (on, period time.Duration, err error) {
 		return 0, 0, fmt.Errorf("--cupti-duty %q: want ON/PERIOD durations with 1ms <= ON <= PERIOD <= 1h, e.g. 200ms/2s", v)
 	}
 	return on, period, nil
+}
+
+// terminalWidth returns the column count of the terminal w writes to, 0
+// when it is not a terminal (summary.DefaultWidth then applies).
+func terminalWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil || ws.Col == 0 {
+		return 0
+	}
+	return int(ws.Col)
 }

@@ -17,17 +17,19 @@ type eventWriter struct {
 }
 
 type eventLine struct {
-	PID    int    `json:"pid"`
-	TID    int    `json:"tid"`
-	Ktime  uint64 `json:"ktime"`
-	Kind   string `json:"kind"`
-	API    string `json:"api"`
-	Phase  string `json:"phase"`
-	Cycle  int    `json:"cycle"`
-	Stream uint64 `json:"stream,omitempty"`
-	Bytes  int64  `json:"bytes,omitempty"`
-	WaitNs int64  `json:"wait_ns,omitempty"`
-	Site   string `json:"site,omitempty"`
+	PID   int    `json:"pid"`
+	TID   int    `json:"tid"`
+	Ktime uint64 `json:"ktime"`
+	Kind  string `json:"kind"`
+	API   string `json:"api"`
+	Phase string `json:"phase"`
+	Cycle int    `json:"cycle"`
+	// CycleTID is the thread whose cycle Cycle is, when not the caller's.
+	CycleTID int    `json:"cycle_tid,omitempty"`
+	Stream   uint64 `json:"stream,omitempty"`
+	Bytes    int64  `json:"bytes,omitempty"`
+	WaitNs   int64  `json:"wait_ns,omitempty"`
+	Site     string `json:"site,omitempty"`
 }
 
 func newEventWriter(w io.Writer) *eventWriter {
@@ -39,7 +41,7 @@ func (e *eventWriter) write(ev *agent.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	_ = e.enc.Encode(eventLine{PID: ev.PID, TID: ev.TID, Ktime: ev.Ktime, Kind: ev.Kind, API: ev.API, Phase: ev.Phase,
-		Cycle: ev.Cycle, Stream: ev.Stream, Bytes: ev.Bytes, WaitNs: ev.WaitNs, Site: ev.Site})
+		Cycle: ev.Cycle, CycleTID: ev.CycleTID, Stream: ev.Stream, Bytes: ev.Bytes, WaitNs: ev.WaitNs, Site: ev.Site})
 }
 
 // kernelLine is a GPU kernel record from CUPTI (kind "kernel").

@@ -74,3 +74,32 @@ func dropInheritedCaps() error {
 	}
 	return nil
 }
+
+// neededCaps are the capabilities specprof needs without root.
+var neededCaps = []struct {
+	capability uint
+	name       string
+}{
+	{unix.CAP_BPF, "CAP_BPF"}, {unix.CAP_PERFMON, "CAP_PERFMON"},
+	{unix.CAP_SYS_PTRACE, "CAP_SYS_PTRACE"}, {unix.CAP_DAC_READ_SEARCH, "CAP_DAC_READ_SEARCH"},
+}
+
+// missingCaps names the capabilities of neededCaps that the process does
+// not hold in its effective set (none under root).
+func missingCaps() ([]string, error) {
+	if os.Geteuid() == 0 {
+		return nil, nil
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return nil, fmt.Errorf("read the capabilities: %w", err)
+	}
+	var missing []string
+	for _, c := range neededCaps {
+		if data[c.capability/32].Effective&(1<<(c.capability%32)) == 0 {
+			missing = append(missing, c.name)
+		}
+	}
+	return missing, nil
+}

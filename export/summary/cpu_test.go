@@ -17,7 +17,7 @@ func TestCPUColumn(t *testing.T) {
 		{Phase: "spec.verify", Cycles: 4, Launches: 4, CPUSpanNs: 20e6},
 	}}
 	var b bytes.Buffer
-	if err := WriteWindow(&b, "t", win); err != nil {
+	if err := WriteWindow(&b, "t", win, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	hdr, rows := tableRows(b.String())
@@ -35,7 +35,7 @@ func TestCPUColumn(t *testing.T) {
 		p.CPUSamples, p.CPUNs = 0, 0
 	}
 	b.Reset()
-	if err := WriteWindow(&b, "t", win); err != nil {
+	if err := WriteWindow(&b, "t", win, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(b.String(), "cpu ms") {
@@ -52,7 +52,7 @@ func TestReportCPUSampler(t *testing.T) {
 		CPU:  agent.SamplerStats{Samples: 9, CPUNs: 9_009_009, Python: 5, Kernel: 1, NoThreadState: 4},
 		Loss: agent.Loss{SamplesLost: 3}}
 	var b bytes.Buffer
-	if err := WriteReport(&b, r); err != nil {
+	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"other=2 calls/5.005 ms cpu", "cpu samples 9 (9.009 ms of CPU): 5 with a Python stack, 1 in the kernel", "4 native threads", "3 lost"} {
@@ -63,7 +63,7 @@ func TestReportCPUSampler(t *testing.T) {
 	b.Reset()
 	r.CPU, r.Loss = agent.SamplerStats{}, agent.Loss{}
 	r.Processes[0].Threads[0].Outside[0].CPUSamples = 0
-	if err := WriteReport(&b, r); err != nil {
+	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(b.String(), "cpu") {

@@ -16,7 +16,7 @@ func TestReportDutyWindows(t *testing.T) {
 	r := &agent.Report{Preset: "p", Start: time.Unix(0, 0), End: time.Unix(1, 0),
 		Processes: []*agent.ProcessReport{{PID: 7, Duty: &agent.DutyStats{Windows: 3, WindowNs: 300_000_000, Share: 0.25}}}}
 	var b bytes.Buffer
-	if err := WriteReport(&b, r); err != nil {
+	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	if want := "GPU traced in windows (--cupti-duty): 3 windows, 25.0 % of the time"; !strings.Contains(b.String(), want) {
@@ -27,7 +27,7 @@ func TestReportDutyWindows(t *testing.T) {
 	}
 	b.Reset()
 	r.Processes[0].Duty.StillOpen = true
-	if err := WriteReport(&b, r); err != nil {
+	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	if want := "3 windows (the last one still open at the end), 25.0 %"; !strings.Contains(b.String(), want) {
@@ -42,7 +42,7 @@ func TestReportDuplicateAPIRecords(t *testing.T) {
 	r := &agent.Report{Preset: "p", Start: time.Unix(0, 0), End: time.Unix(1, 0),
 		Loss: agent.Loss{LaunchesWithoutAPI: 12088, APIDuplicates: 15148}}
 	var b bytes.Buffer
-	if err := WriteReport(&b, r); err != nil {
+	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"launches without a CUPTI API record 12088", "API records with a correlation id seen before 15148",
@@ -53,7 +53,7 @@ func TestReportDuplicateAPIRecords(t *testing.T) {
 	}
 	b.Reset()
 	r.Loss.APIDuplicates = 0
-	if err := WriteReport(&b, r); err != nil {
+	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(b.String(), "SPECPROF_CUPTI_API_SOURCE") {
@@ -69,7 +69,7 @@ func TestReportWindowsShorterThanCycles(t *testing.T) {
 		Processes: []*agent.ProcessReport{{PID: 7, Threads: []*agent.ThreadReport{th},
 			Duty: &agent.DutyStats{Windows: 14, WindowNs: 14 * 130_000_000, Share: 0.14}}}}
 	var b bytes.Buffer
-	if err := WriteReport(&b, r); err != nil {
+	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	if want := "windows (130.000 ms on average) are not much longer than the cycles (110.000 ms)"; !strings.Contains(b.String(), want) {
@@ -77,7 +77,7 @@ func TestReportWindowsShorterThanCycles(t *testing.T) {
 	}
 	b.Reset()
 	th.CycleNs = 91 * 1_400_000
-	if err := WriteReport(&b, r); err != nil {
+	if err := WriteReport(&b, r, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(b.String(), "not much longer") {

@@ -17,7 +17,7 @@ func TestGraphsColumn(t *testing.T) {
 		{Phase: "spec.accept", Cycles: 2, Launches: 6, GPUCycles: 2, GPUKernels: 6, GPUBusyNs: 1e5},
 	}}
 	var b bytes.Buffer
-	if err := WriteWindow(&b, "t", win); err != nil {
+	if err := WriteWindow(&b, "t", win, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	hdr, rows := tableRows(b.String())
@@ -27,7 +27,7 @@ func TestGraphsColumn(t *testing.T) {
 	}
 	win.Phases[0].GPUGraphs = 0
 	b.Reset()
-	if err := WriteWindow(&b, "t", win); err != nil {
+	if err := WriteWindow(&b, "t", win, Layout{Wide: true}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(b.String(), "graphs/cyc") {

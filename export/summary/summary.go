@@ -1,11 +1,11 @@
 package summary
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/specprof/specprof/agent"
@@ -23,74 +23,113 @@ func ms(ns float64) string { return fmt.Sprintf("%.3f", ns/1e6) }
 // launches, CPU span, blocked time, collectives and bytes, per cycle.
 // When the CPU sampler ran, "cpu ms" is the CPU time sampled in the phase
 // (samples × period) per cycle.
-func WriteWindow(w io.Writer, title string, win *agent.Window) error {
+func WriteWindow(w io.Writer, title string, win *agent.Window, lay Layout) error {
 	n := float64(win.Cycles())
-	fmt.Fprintf(w, "\n%s tid %d  cycles %d-%d  mean cycle %s ms\n", title, win.TID, win.FirstCycle, win.LastCycle, ms(float64(win.CycleNs)/n))
-	return writePhases(w, win.Phases, n, float64(win.CycleNs), n-float64(win.Untraced))
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "\n%s tid %d  cycles %d-%d  mean cycle %s ms\n", title, win.TID, win.FirstCycle, win.LastCycle, ms(float64(win.CycleNs)/n))
+	if err := wrapped(w, lay, b.Bytes()); err != nil {
+		return err
+	}
+	return writePhases(w, lay, win.Phases, n, float64(win.CycleNs), n-float64(win.Untraced))
 }
+
+// Phase table columns. Rank 0 always stays; the others go, highest rank
+// first, when the table is wider than the terminal.
+var (
+	colPhase      = column{"phase", 0}
+	colLaunches   = column{"launches/cyc", 0}
+	colGraphs     = column{"graph/cyc", 12}
+	colSpan       = column{"cpu span ms", 0}
+	colSpanPct    = column{"% cycle", 0}
+	colSyncWait   = column{"sync wait ms", 0}
+	colSyncs      = column{"syncs/cyc", 9}
+	colColls      = column{"coll/cyc", 10}
+	colCollMB     = column{"coll MB/cyc", 11}
+	colGPUBusy    = column{"gpu busy ms", 1}
+	colGPUActive  = column{"gpu active ms", 5}
+	colHostGap    = column{"host gap ms", 8}
+	colGPUPct     = column{"gpu % cycle", 2}
+	colKernels    = column{"kernels/cyc", 6}
+	colCollPct    = column{"coll % gpu", 4}
+	colGPUGraphs  = column{"gpu graphs/cyc", 13}
+	colCPUSampled = column{"cpu ms", 3}
+)
 
 // writePhases prints the phase table: per-cycle figures over cycles, GPU
 // figures over gpuCycles (fewer with duty-cycled GPU tracing).
-func writePhases(w io.Writer, phases []*agent.PhaseStats, cycles, cycleNs, gpuCycles float64) error {
-	gpu, cpu, graphs := false, false, false
+func writePhases(w io.Writer, lay Layout, phases []*agent.PhaseStats, cycles, cycleNs, gpuCycles float64) error {
+	gpu, cpu, graphs, colls := false, false, false, false
 	for _, p := range phases {
 		gpu = gpu || p.GPUCycles > 0
 		cpu = cpu || p.CPUSamples > 0 // the CPU sampler ran
 		graphs = graphs || p.GPUGraphs > 0
+		colls = colls || p.Colls > 0
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	hdr := "phase\tlaunches/cyc\tgraph/cyc\tcpu span ms\t% cycle\tsync wait ms\tsyncs/cyc\tcoll/cyc\tcoll MB/cyc\t"
+	t := &table{cols: []column{colPhase, colLaunches, colGraphs, colSpan, colSpanPct, colSyncWait, colSyncs}}
+	if colls {
+		t.cols = append(t.cols, colColls, colCollMB)
+	}
 	if gpu {
-		hdr += "gpu busy ms\tgpu active ms\thost gap ms\tgpu % cycle\tkernels/cyc\tcoll % gpu\t"
+		t.cols = append(t.cols, colGPUBusy, colGPUActive, colHostGap, colGPUPct, colKernels)
+		if colls {
+			t.cols = append(t.cols, colCollPct)
+		}
 		if graphs { // graph-level tracing: replays counted whole, their kernels not
-			hdr += "gpu graphs/cyc\t"
+			t.cols = append(t.cols, colGPUGraphs)
 		}
 	}
 	if cpu {
-		hdr += "cpu ms\t"
+		t.cols = append(t.cols, colCPUSampled)
 	}
-	fmt.Fprintln(tw, hdr)
 	pct := func(ns int64) float64 {
 		if cycleNs <= 0 {
 			return 0
 		}
 		return 100 * float64(ns) / cycleNs
 	}
+	f1 := func(v float64) string { return fmt.Sprintf("%.1f", v) }
 	for _, p := range phases {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t%.1f\t%s\t%.1f\t%.1f\t%.3f\t", p.Phase,
-			float64(p.Launches)/cycles, float64(p.GraphLaunch)/cycles, ms(float64(p.CPUSpanNs)/cycles), pct(p.CPUSpanNs),
-			ms(float64(p.SyncWaitNs)/cycles), float64(p.Syncs)/cycles, float64(p.Colls)/cycles,
-			float64(p.CollBytes)/cycles/1e6)
+		row := []string{p.Phase, f1(float64(p.Launches) / cycles), f1(float64(p.GraphLaunch) / cycles),
+			ms(float64(p.CPUSpanNs) / cycles), f1(pct(p.CPUSpanNs)), ms(float64(p.SyncWaitNs) / cycles), f1(float64(p.Syncs) / cycles)}
+		if colls {
+			row = append(row, f1(float64(p.Colls)/cycles), fmt.Sprintf("%.3f", float64(p.CollBytes)/cycles/1e6))
+		}
 		if gpu {
-			// The collectives' share of the phase's GPU time (allreduce in
-			// verify): their kernels' time over the phase's busy time.
-			share := 0.0
-			if p.GPUBusyNs > 0 {
-				share = 100 * float64(p.CollGPUNs) / float64(p.GPUBusyNs)
-			}
 			gc := max(gpuCycles, 1)
 			busy := float64(p.GPUBusyNs) / gc
 			// Active: busy plus the GPU's hand-over gaps between queued
 			// work (agent.PhaseStats.GPUActiveNs), what CUDA events around
 			// a GPU-bound phase measure. Host gap: the GPU idle before the
 			// phase's work, waiting for the host (agent.PhaseStats.GPUHostGapNs).
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t", ms(busy), ms(float64(p.GPUActiveNs)/gc), ms(float64(p.GPUHostGapNs)/gc),
-				100*busy/max(cycleNs/cycles, 1), float64(p.GPUKernels)/gc, share)
+			row = append(row, ms(busy), ms(float64(p.GPUActiveNs)/gc), ms(float64(p.GPUHostGapNs)/gc),
+				f1(100*busy/max(cycleNs/cycles, 1)), f1(float64(p.GPUKernels)/gc))
+			if colls {
+				// The collectives' share of the phase's GPU time (allreduce
+				// in verify): their kernels' time over the phase's busy time.
+				share := 0.0
+				if p.GPUBusyNs > 0 {
+					share = 100 * float64(p.CollGPUNs) / float64(p.GPUBusyNs)
+				}
+				row = append(row, f1(share))
+			}
 			if graphs {
-				fmt.Fprintf(tw, "%.1f\t", float64(p.GPUGraphs)/gc)
+				row = append(row, f1(float64(p.GPUGraphs)/gc))
 			}
 		}
 		if cpu {
-			fmt.Fprintf(tw, "%s\t", ms(float64(p.CPUNs)/cycles))
+			row = append(row, ms(float64(p.CPUNs)/cycles))
 		}
-		fmt.Fprintln(tw)
+		t.add(row...)
 	}
-	return tw.Flush()
+	return t.render(w, lay)
 }
 
 // WriteReport prints the final report: per process and thread, the phase
 // table over all cycles, calls outside cycles, and every loss counter.
-func WriteReport(w io.Writer, r *agent.Report) error {
+// Long lines are wrapped to the layout's width.
+func WriteReport(out io.Writer, r *agent.Report, lay Layout) error {
+	pw := &prose{out: out, lay: lay}
+	w := &pw.buf
 	fmt.Fprintf(w, "\n=== specprof report (preset %s, %s) ===\n", r.Preset, r.End.Sub(r.Start).Round(1e6))
 	if pw := r.ProbeWindows; pw != nil {
 		kind := "perf-event uprobes"
@@ -179,7 +218,10 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 			}
 			if t.Cycles > 0 {
 				fmt.Fprintf(w, ", mean cycle %s ms\n", ms(float64(t.CycleNs)/float64(t.Cycles)))
-				if err := writePhases(w, t.Phases, float64(t.Cycles), float64(t.CycleNs), float64(t.Cycles-t.Untraced-t.GPUPartial-t.GPULost)); err != nil {
+				if err := pw.flush(); err != nil {
+					return err
+				}
+				if err := writePhases(out, lay, t.Phases, float64(t.Cycles), float64(t.CycleNs), float64(t.Cycles-t.Untraced-t.GPUPartial-t.GPULost)); err != nil {
 					return err
 				}
 			} else {
@@ -244,7 +286,23 @@ func WriteReport(w io.Writer, r *agent.Report) error {
 	}
 	fmt.Fprintf(w, "\nevents %d; lost: ringbuf %d, scratch %d, openat %d, decode %d; unattributed: no-python %d, no-thread-state %d, read-errors %d, truncated %d, stale %d, symbolize %d, after the process exited %d, unmatched sync exits %d\n",
 		r.Events, l.RingBuf, l.Scratch, l.OpenAt, l.DecodeErrors, l.NoPython, l.NoThreadState, l.ReadErrors, l.Truncated, l.Stale, l.SymbolErrors, l.ExitedUnread, l.UnmatchedExit)
-	return nil
+	return pw.flush()
+}
+
+// prose collects the report's lines between tables, to be wrapped.
+type prose struct {
+	out io.Writer
+	lay Layout
+	buf bytes.Buffer
+}
+
+func (p *prose) flush() error {
+	if p.buf.Len() == 0 {
+		return nil
+	}
+	err := wrapped(p.out, p.lay, p.buf.Bytes())
+	p.buf.Reset()
+	return err
 }
 
 // count prints a counter that may be unknown (nil).

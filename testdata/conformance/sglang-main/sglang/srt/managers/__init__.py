@@ -1,0 +1,1 @@
+"""Package of the sglang main conformance workload (see workload.py)."""

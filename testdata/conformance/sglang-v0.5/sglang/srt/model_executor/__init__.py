@@ -1,0 +1,1 @@
+"""Package of the sglang v0.5 conformance workload (see workload.py)."""
