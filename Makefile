@@ -70,7 +70,7 @@ bench: build
 
 # The main job: the SGLang-shaped EAGLE workload on the simulated GPU under `specprof run`.
 demo: build mockcupti
-	LD_LIBRARY_PATH=$(STANDIN) SPECPROF_CUPTI_LIB=$(STANDIN)/libcupti.so.13 $(BIN) run --interval 100 -o $(BUILD)/demo-out -- \
+	LD_LIBRARY_PATH=$(STANDIN) SPECPROF_CUPTI_LIB=$(STANDIN)/libcupti.so.13 $(BIN) run --interval 100 --force -o $(BUILD)/demo-out -- \
 		$(PYTHON) testdata/workloads/sglang_demo.py --cycles 300 --mode graph --allreduce --proctitle sglang::scheduler_TP0
 
 # The CUPTI injection library (build/libspecprof_cupti.so; needs no CUDA header) and the mock

@@ -95,7 +95,7 @@ type Options struct {
 type Event struct {
 	PID, TID int
 	Ktime    uint64
-	Kind     string // launch, sync, coll, capture, mark
+	Kind     string // launch, sync, sync_exit, copy (device-side copy or set), coll, capture, mark
 	API      string
 	Phase    string
 	Cycle    int // 1-based cycle number of the thread, 0 outside cycles
@@ -382,6 +382,9 @@ func (a *Agent) proc(pid int) *process {
 		p = &process{pid: pid, classes: map[uint64]phase.Class{}, threads: map[int]*thread{}, libs: map[string]bool{},
 			rep: &ProcessReport{PID: pid, Start: time.Now()}}
 		p.rep.Cmdline, _ = proc.Cmdline(pid)
+		if own, err := proc.OwnNamespaceID(pid, pid); err == nil && own != pid {
+			p.rep.NSPID = own
+		}
 		a.procs[pid] = p
 	}
 	return p
@@ -404,6 +407,9 @@ func (a *Agent) ensurePython(p *process) error {
 	py310 := rt.Version.Minor == 10
 	cfg := pyConfig(rt)
 	cfg.CycleStart = uint32(a.matchers[py310].CycleStartPhase())
+	if a.matchers[py310].CyclesAtStart() {
+		cfg.CycleFlags |= bpf.PyCycleAtStart
+	}
 	if err := a.pr.SetPyConfig(p.pid, cfg); err != nil {
 		return err
 	}

@@ -177,8 +177,8 @@ func (a *Agent) noteLost(pid int, t uint64) {
 // gpuWindow is the extent of a cycle's kernels on the GPU. A cycle counts
 // as traced only when its GPU work, too, lies inside the window: kernels
 // still running when CUPTI's kernel tracing is switched off can come with
-// times that do not describe them (seen on the H200: graph replays in flight
-// at a window's close).
+// times that do not describe them (graph replays in flight at a window's
+// close, on real hardware).
 type gpuWindow struct{ first, last uint64 }
 
 func (w *gpuWindow) add(ks *correlate.KeyStats) {
@@ -208,6 +208,7 @@ func (cc *closedCycle) stripGPU() {
 	for _, st := range cc.phases {
 		st.GPUCycles, st.GPUKernels, st.GPUBusyNs, st.GPUSpanNs, st.GPUKernelNs = 0, 0, 0, 0, 0
 		st.GPUMemcpys, st.GPUMemcpyBytes, st.GPUMemcpyNs, st.CollGPUNs = 0, 0, 0, 0
+		st.GPUMemsets, st.GPUMemsetBytes = 0, 0
 		st.GPUGraphs, st.GPUGraphNs, st.GPUActiveNs, st.GPUElapsedNs = 0, 0, 0, 0
 		st.GPUHostGapNs, st.gpuFirst, st.gpuLast = 0, 0, 0
 	}

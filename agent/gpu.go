@@ -435,6 +435,11 @@ type ReceiverStats struct {
 	// NamesNotKept counts kernel names beyond the receiver's table
 	// (cupti.MaxNames, cupti.MaxNameBytes): those kernels go unnamed.
 	NamesNotKept uint64 `json:"kernel_names_not_kept"`
+	// TidsUnmapped counts thread ids in the API and graph node records of
+	// processes in their own pid namespace (containers) that could not be
+	// translated to host ids, because the thread had exited first
+	// (cupti.ConnStats.TidsUnmapped): those records join no launch.
+	TidsUnmapped uint64 `json:"tids_unmapped,omitempty"`
 }
 
 // NewReceiverStats summarizes a CUPTI receiver's counters for the report.
@@ -444,7 +449,7 @@ func NewReceiverStats(st cupti.ReceiverStats) *ReceiverStats {
 		PidMismatch: rj.PidMismatch, OverLimit: rj.OverLimit, NoHello: rj.NoHello, BadHello: rj.BadHello,
 		PeerUnknown: rj.NoPeer, PeakOpen: st.PeakOpen, Malformed: e.Total(), BadLength: e.BadLength,
 		UnknownType: e.UnknownType, Short: e.Short, Truncated: e.Truncated, BadName: e.BadName,
-		ExtraHello: e.BadHello, NamesNotKept: st.Total.NamesDropped}
+		ExtraHello: e.BadHello, NamesNotKept: st.Total.NamesDropped, TidsUnmapped: st.Total.TidsUnmapped}
 }
 
 // ExportStats accounts for what one exporter (otlp, perfetto, pprof) was

@@ -43,9 +43,9 @@ func (a *Agent) newJoiner() error {
 // joinLaunch hands a call that makes GPU work to the joiner, when the
 // process's CUPTI library is connected.
 func (a *Agent) joinLaunch(p *process, t *thread, e *bpf.APIEvent, ph uint16) {
-	switch e.API {
-	case bpf.APILaunchKernel, bpf.APILaunchKernelEx, bpf.APIGraphLaunch, bpf.APIMemcpyDtoH, bpf.APIMemcpyDtoHAsync:
-	default:
+	// Copies and sets join as launches do: CUPTI's memcpy / memset records
+	// carry their call's correlation id, as kernels carry theirs.
+	if !e.API.IsLaunch() && !e.API.IsCopy() {
 		return
 	}
 	if a.joiner == nil || !a.gpu.connected(p.pid) {
@@ -79,6 +79,7 @@ func (a *Agent) onGPUFinal(k correlate.Key, ks *correlate.KeyStats) {
 	m := a.matcherOf(p)
 	g := &PhaseStats{GPUCycles: 1, GPUKernels: int64(ks.Kernels), GPUBusyNs: int64(ks.BusyNs), GPUSpanNs: int64(ks.SpanNs()),
 		GPUKernelNs: int64(ks.KernelNs), GPUGraphs: int64(ks.Graphs), GPUGraphNs: int64(ks.GraphNs), GPUMemcpys: int64(ks.Memcpys), GPUMemcpyBytes: int64(ks.MemcpyBytes), GPUMemcpyNs: int64(ks.MemcpyNs),
+		GPUMemsets: int64(ks.Memsets), GPUMemsetBytes: int64(ks.MemsetBytes),
 		GPUActiveNs: int64(ks.ActiveNs), GPUElapsedNs: int64(ks.ElapsedNs()), gpuFirst: ks.ActiveFirst, gpuLast: ks.ActiveLast}
 	switch {
 	case k.Cycle <= 0:

@@ -192,3 +192,52 @@ func TestContinuePhasesValidated(t *testing.T) {
 		}
 	}
 }
+
+// TestBeforeStartOutside: with before_start outside, a cycle-function call
+// holding a loop of cycles opens its first at the first start phase; the
+// setup before it is outside cycles.
+func TestBeforeStartOutside(t *testing.T) {
+	p, err := phase.LoadRules([]byte(`
+name: loop
+phases: [draft, verify, setup]
+cycle: {qualname: '^G\._assisted_decoding$', start_phase: draft, before_start: outside}
+rules:
+  - {phase: draft, qualname: '^G\.get_candidates$'}
+  - {phase: verify, qualname: '^M\.forward$'}
+  - {phase: setup, qualname: '^G\._assisted_decoding$'}
+`), "loop.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []Event
+	a, err := New(noProbes{}, Options{Preset: p, OnEvent: func(e *Event) { events = append(events, *e) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := a.matchers[false]
+	draft, _ := m.PhaseID("draft")
+	verify, _ := m.PhaseID("verify")
+	setup, _ := m.PhaseID("setup")
+	s := &stepEvents{pid: 1 << 30}
+	s.launch(s.pid, setup, 0x100) // torch.ones before the loop
+	s.launch(s.pid, setup, 0x100)
+	for c := 0; c < 3; c++ {
+		s.launch(s.pid, draft, 0x100)
+		s.launch(s.pid, verify, 0x100)
+		s.launch(s.pid, setup, 0x100) // the loop tail: in the cycle
+	}
+	s.handle(a)
+	a.Finish()
+	th := a.Report().Processes[0].Threads[0]
+	if th.Cycles != 3 {
+		t.Errorf("%d cycles, want 3", th.Cycles)
+	}
+	if st := phaseOf(th, "setup"); st.Launches != 3 {
+		t.Errorf("setup in cycles: %d launches, want the 3 loop tails", st.Launches)
+	}
+	for i, e := range events {
+		if want := i >= 2; (e.Cycle != 0) != want {
+			t.Errorf("call %d (%s): cycle %d", i, e.Phase, e.Cycle)
+		}
+	}
+}

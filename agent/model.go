@@ -12,14 +12,22 @@ type PhaseStats struct {
 	Cycles      int    `json:"cycles"`   // cycles in which the phase issued at least one call
 	Launches    int64  `json:"launches"` // kernel and graph launches
 	GraphLaunch int64  `json:"graph_launches"`
-	Syncs       int64  `json:"syncs"`        // blocking calls
-	SyncWaitNs  int64  `json:"sync_wait_ns"` // CPU time blocked in those calls
-	CPUSpanNs   int64  `json:"cpu_span_ns"`  // sum over cycles of first-to-last call (incl. sync returns)
+	// Copies counts the device-side copies and sets (cuMemcpyDtoD*,
+	// cuMemset*): calls that never block, whose GPU work joins the phase like
+	// a launch's. Copies with host memory on one side count in Syncs.
+	Copies int64 `json:"copies"`
+	// Syncs counts blocking calls: the stream, event and context
+	// synchronisations, and the copies with host memory on one side
+	// (cuMemcpy, cuMemcpyAsync, cuMemcpy{HtoD,DtoH}{,Async}), which block the
+	// CPU when that memory is pageable; their GPU work joins the phase too.
+	Syncs      int64 `json:"syncs"`
+	SyncWaitNs int64 `json:"sync_wait_ns"` // CPU time inside those calls
+	CPUSpanNs  int64 `json:"cpu_span_ns"`  // sum over cycles of first-to-last call (incl. sync returns)
 	// Collective calls, plus (with Options.OnCycle) the collectives
 	// replayed from CUDA graphs whose captured call is known.
 	Colls     int64 `json:"collectives"`
 	CollBytes int64 `json:"collective_bytes"`
-	Markers   int64 `json:"markers"` // event records, async copies, captures
+	Markers   int64 `json:"markers"` // event records, stream waits, captures
 	// CPU time from the CPU sampler: the samples taken in the phase and the
 	// time they stand for (samples × period).
 	CPUSamples int64 `json:"cpu_samples,omitempty"`
@@ -41,6 +49,8 @@ type PhaseStats struct {
 	GPUMemcpys     int64 `json:"gpu_memcpys,omitempty"`      // copies
 	GPUMemcpyBytes int64 `json:"gpu_memcpy_bytes,omitempty"` //
 	GPUMemcpyNs    int64 `json:"gpu_memcpy_ns,omitempty"`    //
+	GPUMemsets     int64 `json:"gpu_memsets,omitempty"`      // memory sets
+	GPUMemsetBytes int64 `json:"gpu_memset_bytes,omitempty"` //
 	// GPUActiveNs is GPU busy time with copies and sets, plus the GPU's
 	// hand-over gaps between work that was queued before its predecessor
 	// on the stream ended; time a stream waited for the CPU to launch is
@@ -71,6 +81,7 @@ func (s *PhaseStats) add(o *PhaseStats) {
 	s.Cycles += o.Cycles
 	s.Launches += o.Launches
 	s.GraphLaunch += o.GraphLaunch
+	s.Copies += o.Copies
 	s.Syncs += o.Syncs
 	s.SyncWaitNs += o.SyncWaitNs
 	s.CPUSpanNs += o.CPUSpanNs
@@ -110,7 +121,12 @@ func (w *Window) Cycles() int { return w.LastCycle - w.FirstCycle + 1 }
 
 // ThreadReport is the whole-run aggregate of one thread.
 type ThreadReport struct {
+	// TID is the thread's id on the host (in the agent's pid namespace), as
+	// in the events, the traces and the profiles; NSTID is its id in the
+	// process's own pid namespace (a container's), what the process's logs
+	// and tools inside the container show, when that differs (0 otherwise).
 	TID      int           `json:"tid"`
+	NSTID    int           `json:"tid_in_namespace,omitempty"`
 	Cycles   int           `json:"cycles"`
 	CycleNs  int64         `json:"cycle_ns"`
 	GPU      bool          `json:"gpu"`     // GPU fields are filled
@@ -146,7 +162,11 @@ type ThreadReport struct {
 
 // ProcessReport describes one traced process.
 type ProcessReport struct {
+	// PID is the host's id of the process (the agent's pid namespace), as
+	// in the events, traces and profiles; NSPID the id it has in its own
+	// pid namespace (inside a container, often 1), when that differs.
 	PID       int             `json:"pid"`
+	NSPID     int             `json:"pid_in_namespace,omitempty"`
 	Cmdline   string          `json:"cmdline"`
 	Python    string          `json:"python,omitempty"`
 	Libraries []string        `json:"libraries"`
@@ -222,8 +242,9 @@ type Loss struct {
 	GPUStreamInversions uint64 `json:"gpu_records_out_of_stream_order"`
 	// APIDuplicates counts CUPTI API records whose correlation id an earlier
 	// record of the process already had: ignored, as the GPU work carrying
-	// that id cannot be told apart. CUPTI 13.0 gave every later call one id
-	// after its API kinds had been switched by duty windows (h200.md §16c).
+	// that id cannot be told apart. CUPTI 13.0 gives every later call one id
+	// after its API kinds have been switched by duty windows
+	// (docs/overhead.md, known hazards).
 	APIDuplicates uint64 `json:"api_records_duplicated"`
 }
 
@@ -292,6 +313,8 @@ func (s *PhaseStats) addGPU(o *PhaseStats) {
 	s.GPUMemcpys += o.GPUMemcpys
 	s.GPUMemcpyBytes += o.GPUMemcpyBytes
 	s.GPUMemcpyNs += o.GPUMemcpyNs
+	s.GPUMemsets += o.GPUMemsets
+	s.GPUMemsetBytes += o.GPUMemsetBytes
 	s.GPUActiveNs += o.GPUActiveNs
 	s.GPUElapsedNs += o.GPUElapsedNs
 	s.GPUHostGapNs += o.GPUHostGapNs

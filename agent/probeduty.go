@@ -9,10 +9,9 @@ import (
 
 // Probe windows (Options.ProbeOn/ProbePeriod, `--probe-duty`): the
 // libraries' uprobes are attached only ON out of every PERIOD. A uprobe hit
-// costs the target its trap whatever the program does (0.6 µs in a
-// microbenchmark on the H200 host, about 1.7 µs per launch measured in HF's
-// eager loop), so on launch-bound loops the only way to cost less is to
-// probe fewer launches. Outside the windows no uprobe is attached and the CPU
+// costs the target its trap whatever the program does (docs/overhead.md
+// gives the figures), so on launch-bound loops the only way to cost less is
+// to probe fewer launches. Outside the windows no uprobe is attached and the CPU
 // sampler is paused; only the process tracepoints (fork, exec, exit, openat)
 // stay, and they fire on those system calls alone.
 //

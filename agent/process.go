@@ -96,7 +96,8 @@ type pendingSync struct {
 }
 
 type thread struct {
-	tid int
+	tid   int
+	nsTID int // the id in the process's own pid namespace, when it differs (ThreadReport.NSTID)
 
 	inCycle    bool
 	cycleFrame uint64
@@ -167,6 +168,9 @@ func (p *process) thread(tid int) *thread {
 		t = &thread{tid: tid, cur: map[uint16]*phaseAcc{}, win: map[uint16]*PhaseStats{},
 			curKeys: map[uint16]bool{}, earlyGPU: map[uint16]*PhaseStats{},
 			total: map[uint16]*PhaseStats{}, outside: map[uint16]*phaseAcc{}}
+		if own, err := proc.OwnNamespaceID(p.pid, tid); err == nil && own != tid {
+			t.nsTID = own
+		}
 		p.threads[tid] = t
 	}
 	return t
@@ -401,7 +405,7 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 		acc.Syncs++
 		site := a.site(p, e)
 		ev.Site = site
-		if e.API == bpf.APIMemcpyDtoH {
+		if e.API.IsCopy() {
 			ev.Bytes = int64(e.Arg0)
 		}
 		ps := pendingSync{api: e.API, ktime: e.Ktime, phase: ph, site: site, bytes: ev.Bytes}
@@ -423,7 +427,15 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 			acc.Markers++
 		}
 	default:
-		acc.Markers++
+		if e.API.IsCopy() {
+			acc.Copies++
+			ev.Kind = "copy"
+			if !e.API.IsMemset() {
+				ev.Bytes = int64(e.Arg0)
+			}
+		} else {
+			acc.Markers++
+		}
 	}
 	if a.opts.OnEvent != nil {
 		a.opts.OnEvent(&ev)
@@ -638,6 +650,14 @@ func (a *Agent) advanceCycle(p *process, t *thread, ph uint16, cyc uint64, ktime
 	newCycle := !t.inCycle || cyc != t.cycleFrame || t.leftFn
 	if !newCycle && start != 0 && ph == start && t.sawAfter {
 		newCycle = true
+	}
+	if newCycle && ph != start && m.CyclesAtStart() {
+		// Before the call's first start phase: setup, outside cycles
+		// (as BPF's count_cycle).
+		if t.inCycle {
+			a.closeCycle(p, t, m)
+		}
+		return
 	}
 	if newCycle {
 		if t.inCycle {
@@ -901,7 +921,7 @@ func (p *process) report(a *Agent) *ProcessReport {
 		if conn { // its library connected after those cycles: their GPU work is unknown
 			partial += t.preConn
 		}
-		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: partial, GPULost: t.gpuLost, ProbeCut: t.probeCut, LossCut: t.lossCut, LostWhole: t.lostWhole,
+		r.Threads = append(r.Threads, &ThreadReport{TID: t.tid, NSTID: t.nsTID, Cycles: t.cycles, CycleNs: t.totalNs, GPU: t.gpu, Untraced: t.untraced, GPUPartial: partial, GPULost: t.gpuLost, ProbeCut: t.probeCut, LossCut: t.lossCut, LostWhole: t.lostWhole,
 			Phases: sortedStats(t.total, order), Outside: sortedStats(outsideStats(t.outside), order), Calls: t.calls, Resolved: t.resolved})
 	}
 	sort.Slice(r.Threads, func(i, j int) bool { return r.Threads[i].TID < r.Threads[j].TID })

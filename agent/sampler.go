@@ -183,6 +183,10 @@ func (a *Agent) countSample(t *thread, ph uint16, cyc uint64, w int64, m *phase.
 		add(t.cycleNo, false)
 		return t.cycleNo
 	}
+	if ph != start && m.CyclesAtStart() {
+		outside() // setup before the call's first start phase
+		return 0
+	}
 	add(t.cycleNo+1, true)
 	outside()
 	return t.cycleNo + 1

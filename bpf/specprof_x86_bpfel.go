@@ -123,7 +123,7 @@ type specprofPyConfig struct {
 	CodeQualname      uint32
 	Flags             uint32
 	CycleStart        uint32
-	Pad               uint32
+	CycleFlags        uint32
 }
 
 type specprofSampleEvent struct {
@@ -165,11 +165,19 @@ const (
 	specprofSpApiSP_API_LAUNCH_KERNEL       specprofSpApi = 1
 	specprofSpApiSP_API_LAUNCH_KERNEL_EX    specprofSpApi = 2
 	specprofSpApiSP_API_GRAPH_LAUNCH        specprofSpApi = 3
+	specprofSpApiSP_API_MEMCPY_DTOD_ASYNC   specprofSpApi = 5
+	specprofSpApiSP_API_MEMSET_ASYNC        specprofSpApi = 6
+	specprofSpApiSP_API_MEMCPY_DTOD         specprofSpApi = 7
+	specprofSpApiSP_API_MEMSET              specprofSpApi = 8
 	specprofSpApiSP_API_STREAM_SYNC         specprofSpApi = 10
 	specprofSpApiSP_API_EVENT_SYNC          specprofSpApi = 11
 	specprofSpApiSP_API_CTX_SYNC            specprofSpApi = 12
 	specprofSpApiSP_API_MEMCPY_DTOH         specprofSpApi = 13
 	specprofSpApiSP_API_MEMCPY_DTOH_ASYNC   specprofSpApi = 14
+	specprofSpApiSP_API_MEMCPY_HTOD         specprofSpApi = 15
+	specprofSpApiSP_API_MEMCPY_HTOD_ASYNC   specprofSpApi = 16
+	specprofSpApiSP_API_MEMCPY              specprofSpApi = 17
+	specprofSpApiSP_API_MEMCPY_ASYNC        specprofSpApi = 18
 	specprofSpApiSP_API_BEGIN_CAPTURE       specprofSpApi = 20
 	specprofSpApiSP_API_END_CAPTURE         specprofSpApi = 21
 	specprofSpApiSP_API_GRAPH_INSTANTIATE   specprofSpApi = 22
@@ -201,6 +209,12 @@ type specprofSpClassFlags uint32
 const (
 	specprofSpClassFlagsSP_CLASS_MARKER specprofSpClassFlags = 1
 	specprofSpClassFlagsSP_CLASS_CYCLE  specprofSpClassFlags = 2
+)
+
+type specprofSpCyccfg uint32
+
+const (
+	specprofSpCyccfgSP_CYCCFG_AT_START specprofSpCyccfg = 1
 )
 
 type specprofSpEventType uint32
@@ -289,6 +303,8 @@ type specprofTstateCache struct {
 	CycNo     uint32
 	CycFrame  uint64
 	CycBits   uint32
+	NsHost    uint32
+	NsTid     uint32
 	Pad       uint32
 }
 
@@ -345,70 +361,84 @@ type specprofWalkState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	specprofMapCodeClasses          = "code_classes"
-	specprofMapCodeGen              = "code_gen"
-	specprofMapEvents               = "events"
-	specprofMapGated                = "gated"
-	specprofMapLibScratch           = "lib_scratch"
-	specprofMapLost                 = "lost"
-	specprofMapOpenatArgs           = "openat_args"
-	specprofMapPyConfigs            = "py_configs"
-	specprofMapSampleScratch        = "sample_scratch"
-	specprofMapScratch              = "scratch"
-	specprofMapThreadCycles         = "thread_cycles"
-	specprofMapTracked              = "tracked"
-	specprofMapTstates              = "tstates"
-	specprofMapWalkScratch          = "walk_scratch"
-	specprofProgSpBeginCapture      = "sp_begin_capture"
-	specprofProgSpCtxSync           = "sp_ctx_sync"
-	specprofProgSpCtxSyncRet        = "sp_ctx_sync_ret"
-	specprofProgSpEmpty             = "sp_empty"
-	specprofProgSpEndCapture        = "sp_end_capture"
-	specprofProgSpEventRecord       = "sp_event_record"
-	specprofProgSpEventSync         = "sp_event_sync"
-	specprofProgSpEventSyncRet      = "sp_event_sync_ret"
-	specprofProgSpExec              = "sp_exec"
-	specprofProgSpExit              = "sp_exit"
-	specprofProgSpFork              = "sp_fork"
-	specprofProgSpGraphInstantiate  = "sp_graph_instantiate"
-	specprofProgSpGraphLaunch       = "sp_graph_launch"
-	specprofProgSpLaunchKernel      = "sp_launch_kernel"
-	specprofProgSpLaunchKernelEx    = "sp_launch_kernel_ex"
-	specprofProgSpMemcpyDtoh        = "sp_memcpy_dtoh"
-	specprofProgSpMemcpyDtohAsync   = "sp_memcpy_dtoh_async"
-	specprofProgSpMemcpyDtohRet     = "sp_memcpy_dtoh_ret"
-	specprofProgSpNcclAllGather     = "sp_nccl_all_gather"
-	specprofProgSpNcclAllReduce     = "sp_nccl_all_reduce"
-	specprofProgSpNcclBroadcast     = "sp_nccl_broadcast"
-	specprofProgSpNcclGroupEnd      = "sp_nccl_group_end"
-	specprofProgSpNcclGroupStart    = "sp_nccl_group_start"
-	specprofProgSpNcclRecv          = "sp_nccl_recv"
-	specprofProgSpNcclReduce        = "sp_nccl_reduce"
-	specprofProgSpNcclReduceScatter = "sp_nccl_reduce_scatter"
-	specprofProgSpNcclSend          = "sp_nccl_send"
-	specprofProgSpOpenatEnter       = "sp_openat_enter"
-	specprofProgSpOpenatExit        = "sp_openat_exit"
-	specprofProgSpSample            = "sp_sample"
-	specprofProgSpStreamSync        = "sp_stream_sync"
-	specprofProgSpStreamSyncRet     = "sp_stream_sync_ret"
-	specprofProgSpStreamWaitEvent   = "sp_stream_wait_event"
-	specprofVarCodeCache            = "code_cache"
-	specprofVarPlainSig             = "plain_sig"
-	specprofVarRingbufLostSeq       = "ringbuf_lost_seq"
-	specprofVarUnusedApiEvent       = "unused_api_event"
-	specprofVarUnusedApiEventFull   = "unused_api_event_full"
-	specprofVarUnusedLibEvent       = "unused_lib_event"
-	specprofVarUnusedProcEvent      = "unused_proc_event"
-	specprofVarUnusedSampleEvent    = "unused_sample_event"
-	specprofVarUnusedSpApi          = "unused_sp_api"
-	specprofVarUnusedSpCfgFlags     = "unused_sp_cfg_flags"
-	specprofVarUnusedSpClassFlags   = "unused_sp_class_flags"
-	specprofVarUnusedSpEventType    = "unused_sp_event_type"
-	specprofVarUnusedSpLost         = "unused_sp_lost"
-	specprofVarUnusedSpPyFlags      = "unused_sp_py_flags"
-	specprofVarUnusedSpSampleFlags  = "unused_sp_sample_flags"
-	specprofVarUnusedSpTrackFlags   = "unused_sp_track_flags"
-	specprofVarUnusedSyncExit       = "unused_sync_exit"
+	specprofMapCodeClasses           = "code_classes"
+	specprofMapCodeGen               = "code_gen"
+	specprofMapEvents                = "events"
+	specprofMapGated                 = "gated"
+	specprofMapLibScratch            = "lib_scratch"
+	specprofMapLost                  = "lost"
+	specprofMapOpenatArgs            = "openat_args"
+	specprofMapPyConfigs             = "py_configs"
+	specprofMapSampleScratch         = "sample_scratch"
+	specprofMapScratch               = "scratch"
+	specprofMapThreadCycles          = "thread_cycles"
+	specprofMapTracked               = "tracked"
+	specprofMapTstates               = "tstates"
+	specprofMapWalkScratch           = "walk_scratch"
+	specprofProgSpBeginCapture       = "sp_begin_capture"
+	specprofProgSpCtxSync            = "sp_ctx_sync"
+	specprofProgSpCtxSyncRet         = "sp_ctx_sync_ret"
+	specprofProgSpEmpty              = "sp_empty"
+	specprofProgSpEndCapture         = "sp_end_capture"
+	specprofProgSpEventRecord        = "sp_event_record"
+	specprofProgSpEventSync          = "sp_event_sync"
+	specprofProgSpEventSyncRet       = "sp_event_sync_ret"
+	specprofProgSpExec               = "sp_exec"
+	specprofProgSpExit               = "sp_exit"
+	specprofProgSpFork               = "sp_fork"
+	specprofProgSpGraphInstantiate   = "sp_graph_instantiate"
+	specprofProgSpGraphLaunch        = "sp_graph_launch"
+	specprofProgSpLaunchKernel       = "sp_launch_kernel"
+	specprofProgSpLaunchKernelEx     = "sp_launch_kernel_ex"
+	specprofProgSpMemcpy             = "sp_memcpy"
+	specprofProgSpMemcpyAsync        = "sp_memcpy_async"
+	specprofProgSpMemcpyAsyncRet     = "sp_memcpy_async_ret"
+	specprofProgSpMemcpyDtod         = "sp_memcpy_dtod"
+	specprofProgSpMemcpyDtodAsync    = "sp_memcpy_dtod_async"
+	specprofProgSpMemcpyDtoh         = "sp_memcpy_dtoh"
+	specprofProgSpMemcpyDtohAsync    = "sp_memcpy_dtoh_async"
+	specprofProgSpMemcpyDtohAsyncRet = "sp_memcpy_dtoh_async_ret"
+	specprofProgSpMemcpyDtohRet      = "sp_memcpy_dtoh_ret"
+	specprofProgSpMemcpyHtod         = "sp_memcpy_htod"
+	specprofProgSpMemcpyHtodAsync    = "sp_memcpy_htod_async"
+	specprofProgSpMemcpyHtodAsyncRet = "sp_memcpy_htod_async_ret"
+	specprofProgSpMemcpyHtodRet      = "sp_memcpy_htod_ret"
+	specprofProgSpMemcpyRet          = "sp_memcpy_ret"
+	specprofProgSpMemset             = "sp_memset"
+	specprofProgSpMemsetAsync        = "sp_memset_async"
+	specprofProgSpNcclAllGather      = "sp_nccl_all_gather"
+	specprofProgSpNcclAllReduce      = "sp_nccl_all_reduce"
+	specprofProgSpNcclBroadcast      = "sp_nccl_broadcast"
+	specprofProgSpNcclGroupEnd       = "sp_nccl_group_end"
+	specprofProgSpNcclGroupStart     = "sp_nccl_group_start"
+	specprofProgSpNcclRecv           = "sp_nccl_recv"
+	specprofProgSpNcclReduce         = "sp_nccl_reduce"
+	specprofProgSpNcclReduceScatter  = "sp_nccl_reduce_scatter"
+	specprofProgSpNcclSend           = "sp_nccl_send"
+	specprofProgSpOpenatEnter        = "sp_openat_enter"
+	specprofProgSpOpenatExit         = "sp_openat_exit"
+	specprofProgSpSample             = "sp_sample"
+	specprofProgSpStreamSync         = "sp_stream_sync"
+	specprofProgSpStreamSyncRet      = "sp_stream_sync_ret"
+	specprofProgSpStreamWaitEvent    = "sp_stream_wait_event"
+	specprofVarCodeCache             = "code_cache"
+	specprofVarPlainSig              = "plain_sig"
+	specprofVarRingbufLostSeq        = "ringbuf_lost_seq"
+	specprofVarUnusedApiEvent        = "unused_api_event"
+	specprofVarUnusedApiEventFull    = "unused_api_event_full"
+	specprofVarUnusedLibEvent        = "unused_lib_event"
+	specprofVarUnusedProcEvent       = "unused_proc_event"
+	specprofVarUnusedSampleEvent     = "unused_sample_event"
+	specprofVarUnusedSpApi           = "unused_sp_api"
+	specprofVarUnusedSpCfgFlags      = "unused_sp_cfg_flags"
+	specprofVarUnusedSpClassFlags    = "unused_sp_class_flags"
+	specprofVarUnusedSpCyccfg        = "unused_sp_cyccfg"
+	specprofVarUnusedSpEventType     = "unused_sp_event_type"
+	specprofVarUnusedSpLost          = "unused_sp_lost"
+	specprofVarUnusedSpPyFlags       = "unused_sp_py_flags"
+	specprofVarUnusedSpSampleFlags   = "unused_sp_sample_flags"
+	specprofVarUnusedSpTrackFlags    = "unused_sp_track_flags"
+	specprofVarUnusedSyncExit        = "unused_sync_exit"
 )
 
 // loadSpecprof returns the embedded CollectionSpec for specprof.
@@ -453,39 +483,52 @@ type specprofSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type specprofProgramSpecs struct {
-	SpBeginCapture      *ebpf.ProgramSpec `ebpf:"sp_begin_capture"`
-	SpCtxSync           *ebpf.ProgramSpec `ebpf:"sp_ctx_sync"`
-	SpCtxSyncRet        *ebpf.ProgramSpec `ebpf:"sp_ctx_sync_ret"`
-	SpEmpty             *ebpf.ProgramSpec `ebpf:"sp_empty"`
-	SpEndCapture        *ebpf.ProgramSpec `ebpf:"sp_end_capture"`
-	SpEventRecord       *ebpf.ProgramSpec `ebpf:"sp_event_record"`
-	SpEventSync         *ebpf.ProgramSpec `ebpf:"sp_event_sync"`
-	SpEventSyncRet      *ebpf.ProgramSpec `ebpf:"sp_event_sync_ret"`
-	SpExec              *ebpf.ProgramSpec `ebpf:"sp_exec"`
-	SpExit              *ebpf.ProgramSpec `ebpf:"sp_exit"`
-	SpFork              *ebpf.ProgramSpec `ebpf:"sp_fork"`
-	SpGraphInstantiate  *ebpf.ProgramSpec `ebpf:"sp_graph_instantiate"`
-	SpGraphLaunch       *ebpf.ProgramSpec `ebpf:"sp_graph_launch"`
-	SpLaunchKernel      *ebpf.ProgramSpec `ebpf:"sp_launch_kernel"`
-	SpLaunchKernelEx    *ebpf.ProgramSpec `ebpf:"sp_launch_kernel_ex"`
-	SpMemcpyDtoh        *ebpf.ProgramSpec `ebpf:"sp_memcpy_dtoh"`
-	SpMemcpyDtohAsync   *ebpf.ProgramSpec `ebpf:"sp_memcpy_dtoh_async"`
-	SpMemcpyDtohRet     *ebpf.ProgramSpec `ebpf:"sp_memcpy_dtoh_ret"`
-	SpNcclAllGather     *ebpf.ProgramSpec `ebpf:"sp_nccl_all_gather"`
-	SpNcclAllReduce     *ebpf.ProgramSpec `ebpf:"sp_nccl_all_reduce"`
-	SpNcclBroadcast     *ebpf.ProgramSpec `ebpf:"sp_nccl_broadcast"`
-	SpNcclGroupEnd      *ebpf.ProgramSpec `ebpf:"sp_nccl_group_end"`
-	SpNcclGroupStart    *ebpf.ProgramSpec `ebpf:"sp_nccl_group_start"`
-	SpNcclRecv          *ebpf.ProgramSpec `ebpf:"sp_nccl_recv"`
-	SpNcclReduce        *ebpf.ProgramSpec `ebpf:"sp_nccl_reduce"`
-	SpNcclReduceScatter *ebpf.ProgramSpec `ebpf:"sp_nccl_reduce_scatter"`
-	SpNcclSend          *ebpf.ProgramSpec `ebpf:"sp_nccl_send"`
-	SpOpenatEnter       *ebpf.ProgramSpec `ebpf:"sp_openat_enter"`
-	SpOpenatExit        *ebpf.ProgramSpec `ebpf:"sp_openat_exit"`
-	SpSample            *ebpf.ProgramSpec `ebpf:"sp_sample"`
-	SpStreamSync        *ebpf.ProgramSpec `ebpf:"sp_stream_sync"`
-	SpStreamSyncRet     *ebpf.ProgramSpec `ebpf:"sp_stream_sync_ret"`
-	SpStreamWaitEvent   *ebpf.ProgramSpec `ebpf:"sp_stream_wait_event"`
+	SpBeginCapture       *ebpf.ProgramSpec `ebpf:"sp_begin_capture"`
+	SpCtxSync            *ebpf.ProgramSpec `ebpf:"sp_ctx_sync"`
+	SpCtxSyncRet         *ebpf.ProgramSpec `ebpf:"sp_ctx_sync_ret"`
+	SpEmpty              *ebpf.ProgramSpec `ebpf:"sp_empty"`
+	SpEndCapture         *ebpf.ProgramSpec `ebpf:"sp_end_capture"`
+	SpEventRecord        *ebpf.ProgramSpec `ebpf:"sp_event_record"`
+	SpEventSync          *ebpf.ProgramSpec `ebpf:"sp_event_sync"`
+	SpEventSyncRet       *ebpf.ProgramSpec `ebpf:"sp_event_sync_ret"`
+	SpExec               *ebpf.ProgramSpec `ebpf:"sp_exec"`
+	SpExit               *ebpf.ProgramSpec `ebpf:"sp_exit"`
+	SpFork               *ebpf.ProgramSpec `ebpf:"sp_fork"`
+	SpGraphInstantiate   *ebpf.ProgramSpec `ebpf:"sp_graph_instantiate"`
+	SpGraphLaunch        *ebpf.ProgramSpec `ebpf:"sp_graph_launch"`
+	SpLaunchKernel       *ebpf.ProgramSpec `ebpf:"sp_launch_kernel"`
+	SpLaunchKernelEx     *ebpf.ProgramSpec `ebpf:"sp_launch_kernel_ex"`
+	SpMemcpy             *ebpf.ProgramSpec `ebpf:"sp_memcpy"`
+	SpMemcpyAsync        *ebpf.ProgramSpec `ebpf:"sp_memcpy_async"`
+	SpMemcpyAsyncRet     *ebpf.ProgramSpec `ebpf:"sp_memcpy_async_ret"`
+	SpMemcpyDtod         *ebpf.ProgramSpec `ebpf:"sp_memcpy_dtod"`
+	SpMemcpyDtodAsync    *ebpf.ProgramSpec `ebpf:"sp_memcpy_dtod_async"`
+	SpMemcpyDtoh         *ebpf.ProgramSpec `ebpf:"sp_memcpy_dtoh"`
+	SpMemcpyDtohAsync    *ebpf.ProgramSpec `ebpf:"sp_memcpy_dtoh_async"`
+	SpMemcpyDtohAsyncRet *ebpf.ProgramSpec `ebpf:"sp_memcpy_dtoh_async_ret"`
+	SpMemcpyDtohRet      *ebpf.ProgramSpec `ebpf:"sp_memcpy_dtoh_ret"`
+	SpMemcpyHtod         *ebpf.ProgramSpec `ebpf:"sp_memcpy_htod"`
+	SpMemcpyHtodAsync    *ebpf.ProgramSpec `ebpf:"sp_memcpy_htod_async"`
+	SpMemcpyHtodAsyncRet *ebpf.ProgramSpec `ebpf:"sp_memcpy_htod_async_ret"`
+	SpMemcpyHtodRet      *ebpf.ProgramSpec `ebpf:"sp_memcpy_htod_ret"`
+	SpMemcpyRet          *ebpf.ProgramSpec `ebpf:"sp_memcpy_ret"`
+	SpMemset             *ebpf.ProgramSpec `ebpf:"sp_memset"`
+	SpMemsetAsync        *ebpf.ProgramSpec `ebpf:"sp_memset_async"`
+	SpNcclAllGather      *ebpf.ProgramSpec `ebpf:"sp_nccl_all_gather"`
+	SpNcclAllReduce      *ebpf.ProgramSpec `ebpf:"sp_nccl_all_reduce"`
+	SpNcclBroadcast      *ebpf.ProgramSpec `ebpf:"sp_nccl_broadcast"`
+	SpNcclGroupEnd       *ebpf.ProgramSpec `ebpf:"sp_nccl_group_end"`
+	SpNcclGroupStart     *ebpf.ProgramSpec `ebpf:"sp_nccl_group_start"`
+	SpNcclRecv           *ebpf.ProgramSpec `ebpf:"sp_nccl_recv"`
+	SpNcclReduce         *ebpf.ProgramSpec `ebpf:"sp_nccl_reduce"`
+	SpNcclReduceScatter  *ebpf.ProgramSpec `ebpf:"sp_nccl_reduce_scatter"`
+	SpNcclSend           *ebpf.ProgramSpec `ebpf:"sp_nccl_send"`
+	SpOpenatEnter        *ebpf.ProgramSpec `ebpf:"sp_openat_enter"`
+	SpOpenatExit         *ebpf.ProgramSpec `ebpf:"sp_openat_exit"`
+	SpSample             *ebpf.ProgramSpec `ebpf:"sp_sample"`
+	SpStreamSync         *ebpf.ProgramSpec `ebpf:"sp_stream_sync"`
+	SpStreamSyncRet      *ebpf.ProgramSpec `ebpf:"sp_stream_sync_ret"`
+	SpStreamWaitEvent    *ebpf.ProgramSpec `ebpf:"sp_stream_wait_event"`
 }
 
 // specprofMapSpecs contains maps before they are loaded into the kernel.
@@ -523,6 +566,7 @@ type specprofVariableSpecs struct {
 	UnusedSpApi         *ebpf.VariableSpec `ebpf:"unused_sp_api"`
 	UnusedSpCfgFlags    *ebpf.VariableSpec `ebpf:"unused_sp_cfg_flags"`
 	UnusedSpClassFlags  *ebpf.VariableSpec `ebpf:"unused_sp_class_flags"`
+	UnusedSpCyccfg      *ebpf.VariableSpec `ebpf:"unused_sp_cyccfg"`
 	UnusedSpEventType   *ebpf.VariableSpec `ebpf:"unused_sp_event_type"`
 	UnusedSpLost        *ebpf.VariableSpec `ebpf:"unused_sp_lost"`
 	UnusedSpPyFlags     *ebpf.VariableSpec `ebpf:"unused_sp_py_flags"`
@@ -601,6 +645,7 @@ type specprofVariables struct {
 	UnusedSpApi         *ebpf.Variable `ebpf:"unused_sp_api"`
 	UnusedSpCfgFlags    *ebpf.Variable `ebpf:"unused_sp_cfg_flags"`
 	UnusedSpClassFlags  *ebpf.Variable `ebpf:"unused_sp_class_flags"`
+	UnusedSpCyccfg      *ebpf.Variable `ebpf:"unused_sp_cyccfg"`
 	UnusedSpEventType   *ebpf.Variable `ebpf:"unused_sp_event_type"`
 	UnusedSpLost        *ebpf.Variable `ebpf:"unused_sp_lost"`
 	UnusedSpPyFlags     *ebpf.Variable `ebpf:"unused_sp_py_flags"`
@@ -613,39 +658,52 @@ type specprofVariables struct {
 //
 // It can be passed to loadSpecprofObjects or ebpf.CollectionSpec.LoadAndAssign.
 type specprofPrograms struct {
-	SpBeginCapture      *ebpf.Program `ebpf:"sp_begin_capture"`
-	SpCtxSync           *ebpf.Program `ebpf:"sp_ctx_sync"`
-	SpCtxSyncRet        *ebpf.Program `ebpf:"sp_ctx_sync_ret"`
-	SpEmpty             *ebpf.Program `ebpf:"sp_empty"`
-	SpEndCapture        *ebpf.Program `ebpf:"sp_end_capture"`
-	SpEventRecord       *ebpf.Program `ebpf:"sp_event_record"`
-	SpEventSync         *ebpf.Program `ebpf:"sp_event_sync"`
-	SpEventSyncRet      *ebpf.Program `ebpf:"sp_event_sync_ret"`
-	SpExec              *ebpf.Program `ebpf:"sp_exec"`
-	SpExit              *ebpf.Program `ebpf:"sp_exit"`
-	SpFork              *ebpf.Program `ebpf:"sp_fork"`
-	SpGraphInstantiate  *ebpf.Program `ebpf:"sp_graph_instantiate"`
-	SpGraphLaunch       *ebpf.Program `ebpf:"sp_graph_launch"`
-	SpLaunchKernel      *ebpf.Program `ebpf:"sp_launch_kernel"`
-	SpLaunchKernelEx    *ebpf.Program `ebpf:"sp_launch_kernel_ex"`
-	SpMemcpyDtoh        *ebpf.Program `ebpf:"sp_memcpy_dtoh"`
-	SpMemcpyDtohAsync   *ebpf.Program `ebpf:"sp_memcpy_dtoh_async"`
-	SpMemcpyDtohRet     *ebpf.Program `ebpf:"sp_memcpy_dtoh_ret"`
-	SpNcclAllGather     *ebpf.Program `ebpf:"sp_nccl_all_gather"`
-	SpNcclAllReduce     *ebpf.Program `ebpf:"sp_nccl_all_reduce"`
-	SpNcclBroadcast     *ebpf.Program `ebpf:"sp_nccl_broadcast"`
-	SpNcclGroupEnd      *ebpf.Program `ebpf:"sp_nccl_group_end"`
-	SpNcclGroupStart    *ebpf.Program `ebpf:"sp_nccl_group_start"`
-	SpNcclRecv          *ebpf.Program `ebpf:"sp_nccl_recv"`
-	SpNcclReduce        *ebpf.Program `ebpf:"sp_nccl_reduce"`
-	SpNcclReduceScatter *ebpf.Program `ebpf:"sp_nccl_reduce_scatter"`
-	SpNcclSend          *ebpf.Program `ebpf:"sp_nccl_send"`
-	SpOpenatEnter       *ebpf.Program `ebpf:"sp_openat_enter"`
-	SpOpenatExit        *ebpf.Program `ebpf:"sp_openat_exit"`
-	SpSample            *ebpf.Program `ebpf:"sp_sample"`
-	SpStreamSync        *ebpf.Program `ebpf:"sp_stream_sync"`
-	SpStreamSyncRet     *ebpf.Program `ebpf:"sp_stream_sync_ret"`
-	SpStreamWaitEvent   *ebpf.Program `ebpf:"sp_stream_wait_event"`
+	SpBeginCapture       *ebpf.Program `ebpf:"sp_begin_capture"`
+	SpCtxSync            *ebpf.Program `ebpf:"sp_ctx_sync"`
+	SpCtxSyncRet         *ebpf.Program `ebpf:"sp_ctx_sync_ret"`
+	SpEmpty              *ebpf.Program `ebpf:"sp_empty"`
+	SpEndCapture         *ebpf.Program `ebpf:"sp_end_capture"`
+	SpEventRecord        *ebpf.Program `ebpf:"sp_event_record"`
+	SpEventSync          *ebpf.Program `ebpf:"sp_event_sync"`
+	SpEventSyncRet       *ebpf.Program `ebpf:"sp_event_sync_ret"`
+	SpExec               *ebpf.Program `ebpf:"sp_exec"`
+	SpExit               *ebpf.Program `ebpf:"sp_exit"`
+	SpFork               *ebpf.Program `ebpf:"sp_fork"`
+	SpGraphInstantiate   *ebpf.Program `ebpf:"sp_graph_instantiate"`
+	SpGraphLaunch        *ebpf.Program `ebpf:"sp_graph_launch"`
+	SpLaunchKernel       *ebpf.Program `ebpf:"sp_launch_kernel"`
+	SpLaunchKernelEx     *ebpf.Program `ebpf:"sp_launch_kernel_ex"`
+	SpMemcpy             *ebpf.Program `ebpf:"sp_memcpy"`
+	SpMemcpyAsync        *ebpf.Program `ebpf:"sp_memcpy_async"`
+	SpMemcpyAsyncRet     *ebpf.Program `ebpf:"sp_memcpy_async_ret"`
+	SpMemcpyDtod         *ebpf.Program `ebpf:"sp_memcpy_dtod"`
+	SpMemcpyDtodAsync    *ebpf.Program `ebpf:"sp_memcpy_dtod_async"`
+	SpMemcpyDtoh         *ebpf.Program `ebpf:"sp_memcpy_dtoh"`
+	SpMemcpyDtohAsync    *ebpf.Program `ebpf:"sp_memcpy_dtoh_async"`
+	SpMemcpyDtohAsyncRet *ebpf.Program `ebpf:"sp_memcpy_dtoh_async_ret"`
+	SpMemcpyDtohRet      *ebpf.Program `ebpf:"sp_memcpy_dtoh_ret"`
+	SpMemcpyHtod         *ebpf.Program `ebpf:"sp_memcpy_htod"`
+	SpMemcpyHtodAsync    *ebpf.Program `ebpf:"sp_memcpy_htod_async"`
+	SpMemcpyHtodAsyncRet *ebpf.Program `ebpf:"sp_memcpy_htod_async_ret"`
+	SpMemcpyHtodRet      *ebpf.Program `ebpf:"sp_memcpy_htod_ret"`
+	SpMemcpyRet          *ebpf.Program `ebpf:"sp_memcpy_ret"`
+	SpMemset             *ebpf.Program `ebpf:"sp_memset"`
+	SpMemsetAsync        *ebpf.Program `ebpf:"sp_memset_async"`
+	SpNcclAllGather      *ebpf.Program `ebpf:"sp_nccl_all_gather"`
+	SpNcclAllReduce      *ebpf.Program `ebpf:"sp_nccl_all_reduce"`
+	SpNcclBroadcast      *ebpf.Program `ebpf:"sp_nccl_broadcast"`
+	SpNcclGroupEnd       *ebpf.Program `ebpf:"sp_nccl_group_end"`
+	SpNcclGroupStart     *ebpf.Program `ebpf:"sp_nccl_group_start"`
+	SpNcclRecv           *ebpf.Program `ebpf:"sp_nccl_recv"`
+	SpNcclReduce         *ebpf.Program `ebpf:"sp_nccl_reduce"`
+	SpNcclReduceScatter  *ebpf.Program `ebpf:"sp_nccl_reduce_scatter"`
+	SpNcclSend           *ebpf.Program `ebpf:"sp_nccl_send"`
+	SpOpenatEnter        *ebpf.Program `ebpf:"sp_openat_enter"`
+	SpOpenatExit         *ebpf.Program `ebpf:"sp_openat_exit"`
+	SpSample             *ebpf.Program `ebpf:"sp_sample"`
+	SpStreamSync         *ebpf.Program `ebpf:"sp_stream_sync"`
+	SpStreamSyncRet      *ebpf.Program `ebpf:"sp_stream_sync_ret"`
+	SpStreamWaitEvent    *ebpf.Program `ebpf:"sp_stream_wait_event"`
 }
 
 func (p *specprofPrograms) Close() error {
@@ -665,9 +723,22 @@ func (p *specprofPrograms) Close() error {
 		p.SpGraphLaunch,
 		p.SpLaunchKernel,
 		p.SpLaunchKernelEx,
+		p.SpMemcpy,
+		p.SpMemcpyAsync,
+		p.SpMemcpyAsyncRet,
+		p.SpMemcpyDtod,
+		p.SpMemcpyDtodAsync,
 		p.SpMemcpyDtoh,
 		p.SpMemcpyDtohAsync,
+		p.SpMemcpyDtohAsyncRet,
 		p.SpMemcpyDtohRet,
+		p.SpMemcpyHtod,
+		p.SpMemcpyHtodAsync,
+		p.SpMemcpyHtodAsyncRet,
+		p.SpMemcpyHtodRet,
+		p.SpMemcpyRet,
+		p.SpMemset,
+		p.SpMemsetAsync,
 		p.SpNcclAllGather,
 		p.SpNcclAllReduce,
 		p.SpNcclBroadcast,

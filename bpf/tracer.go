@@ -21,6 +21,11 @@ import (
 // PyConfig tells BPF how to walk one process's interpreter. All offsets are
 // bytes; user space (agent/python) derives them from the target's version or
 // its _Py_DebugOffsets.
+// PyCycleAtStart is PyConfig.CycleFlags' bit for phase.Cycle.BeforeStart
+// "outside": a cycle-function call opens a cycle only at its first entry
+// into the start phase. Mirrors SP_CYCCFG_AT_START in c/events.h.
+const PyCycleAtStart = uint32(specprofSpCyccfgSP_CYCCFG_AT_START)
+
 type PyConfig = specprofPyConfig
 
 // Interpreter layout flags for PyConfig.Flags.
@@ -462,6 +467,32 @@ func (t *Tracer) program(name string) *ebpf.Program {
 		return t.objs.SpMemcpyDtohRet
 	case "sp_memcpy_dtoh_async":
 		return t.objs.SpMemcpyDtohAsync
+	case "sp_memcpy_dtoh_async_ret":
+		return t.objs.SpMemcpyDtohAsyncRet
+	case "sp_memcpy_htod":
+		return t.objs.SpMemcpyHtod
+	case "sp_memcpy_htod_ret":
+		return t.objs.SpMemcpyHtodRet
+	case "sp_memcpy_htod_async":
+		return t.objs.SpMemcpyHtodAsync
+	case "sp_memcpy_htod_async_ret":
+		return t.objs.SpMemcpyHtodAsyncRet
+	case "sp_memcpy":
+		return t.objs.SpMemcpy
+	case "sp_memcpy_ret":
+		return t.objs.SpMemcpyRet
+	case "sp_memcpy_async":
+		return t.objs.SpMemcpyAsync
+	case "sp_memcpy_async_ret":
+		return t.objs.SpMemcpyAsyncRet
+	case "sp_memcpy_dtod_async":
+		return t.objs.SpMemcpyDtodAsync
+	case "sp_memset_async":
+		return t.objs.SpMemsetAsync
+	case "sp_memcpy_dtod":
+		return t.objs.SpMemcpyDtod
+	case "sp_memset":
+		return t.objs.SpMemset
 	case "sp_begin_capture":
 		return t.objs.SpBeginCapture
 	case "sp_end_capture":

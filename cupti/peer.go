@@ -1,12 +1,8 @@
 package cupti
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,22 +42,13 @@ func peerOf(c *net.UnixConn) (Peer, error) {
 // in its own pid namespace: the last field of NSpid in /proc/<pid>/status. It is what the
 // library's getpid() put in its HELLO.
 func ownPid(pid int) (uint32, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	ids, err := nsIDs(fmt.Sprintf("%s/%d/status", procRoot, pid))
 	if err != nil {
 		return 0, fmt.Errorf("reading the pid namespaces of %d: %w", pid, err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := bytes.Fields(sc.Bytes())
-		if len(f) < 2 || string(f[0]) != "NSpid:" {
-			continue
-		}
-		v, err := strconv.ParseUint(string(f[len(f)-1]), 10, 32)
-		if err != nil {
-			return 0, fmt.Errorf("reading the pid namespaces of %d: NSpid %q: %w", pid, f, err)
-		}
-		return uint32(v), nil
+	if len(ids) == 0 {
+		// No NSpid line: a kernel before 4.1, whose processes all see the one namespace here.
+		return uint32(pid), nil
 	}
-	// No NSpid line: a kernel before 4.1, whose processes all see the one namespace here.
-	return uint32(pid), nil
+	return ids[len(ids)-1], nil
 }

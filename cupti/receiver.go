@@ -152,6 +152,10 @@ type ConnStats struct {
 	ID  uint64
 	Pid uint32 // as ConnInfo.Pid
 	DecoderStats
+	// TidsUnmapped counts the thread ids in API and graph node records of a process in
+	// another pid namespace that could not be translated to the receiver's (the thread had
+	// exited before its records were read): those records carry tid 0.
+	TidsUnmapped uint64
 }
 
 // ReceiverStats holds the counters of every open connection and totals over all connections
@@ -178,6 +182,10 @@ type Conn struct {
 	accepted time.Time
 	ready    bool // passed every check: handed to the Handler (under Receiver.mu)
 	dec      *Decoder
+	// tids translates the thread ids of a library in another pid namespace (nil when the
+	// peer shares the receiver's); only the connection's goroutine uses it.
+	tids     *tidMap
+	unmapped atomic.Uint64 // thread ids tids could not translate (see ConnStats)
 	acks     chan struct{} // one token per flush acknowledgement
 	closed   chan struct{}
 }
@@ -196,7 +204,7 @@ func (c *Conn) Name(id uint32) string { return c.dec.Name(id) }
 
 // Stats returns the connection's counters.
 func (c *Conn) Stats() ConnStats {
-	return ConnStats{ID: c.id, Pid: uint32(c.peer.Pid), DecoderStats: c.dec.Stats()}
+	return ConnStats{ID: c.id, Pid: uint32(c.peer.Pid), DecoderStats: c.dec.Stats(), TidsUnmapped: c.unmapped.Load()}
 }
 
 // Flush asks the library to hand over everything CUPTI holds; it answers with a STATS record
@@ -437,6 +445,11 @@ func (r *Receiver) handshake(c *Conn) (RejectReason, error) {
 	if h.Pid != own {
 		return RejectPidMismatch, fmt.Errorf("the HELLO claims pid %d, the peer is pid %d in its own namespace", h.Pid, own)
 	}
+	// The threads that exist at the HELLO are mapped now; later ones when their first
+	// records come.
+	if c.tids, err = newTidMap(c.peer.Pid); err != nil {
+		return RejectNoPeer, err
+	}
 	if err := c.nc.SetReadDeadline(time.Time{}); err != nil {
 		return RejectNoHello, fmt.Errorf("clearing the HELLO deadline: %w", err)
 	}
@@ -493,6 +506,11 @@ func (r *Receiver) readLoop(c *Conn, h Handler) error {
 		m, rerr := c.nc.Read(buf[n:])
 		n += m
 		used, derr := c.dec.Decode(buf[:n], &b)
+		if c.tids != nil && (len(b.APIs) > 0 || len(b.GraphNodes) > 0) {
+			if u := c.tids.translate(&b); u > 0 {
+				c.unmapped.Add(u)
+			}
+		}
 		if b.Len() > 0 || b.Stats != nil {
 			h.Records(c, &b)
 			if b.FlushAck {
@@ -591,6 +609,7 @@ func addStats(t, s *ConnStats) {
 	t.Bytes += s.Bytes
 	t.Errors.Add(s.Errors)
 	t.NamesDropped += s.NamesDropped
+	t.TidsUnmapped += s.TidsUnmapped
 	l, o := &t.Lib, &s.Lib
 	l.RecordsDelivered += o.RecordsDelivered
 	l.DroppedCUPTI += o.DroppedCUPTI

@@ -54,6 +54,7 @@ type Matcher struct {
 	cycle      *cmatch
 	startPhase uint16
 	cont, late []bool // by phase id: Cycle.ContinuePhases, Cycle.LatePhases
+	atStart    bool   // Cycle.BeforeStart "outside"
 	process    *regexp.Regexp
 	mainThread bool
 }
@@ -128,6 +129,7 @@ func (p *Preset) Compile(py310 bool) (*Matcher, error) {
 		m.startPhase = m.ids[c.StartPhase]
 		m.cont = m.phaseSet(c.ContinuePhases)
 		m.late = m.phaseSet(c.LatePhases)
+		m.atStart = c.BeforeStart == BeforeStartOutside
 	}
 	if pr := p.Process; pr != nil {
 		m.mainThread = pr.MainThread
@@ -233,6 +235,10 @@ func (m *Matcher) ContinuesCycle(id uint16) bool { return int(id) < len(m.cont) 
 // LateWait reports whether a blocking call of phase id waits for the cycle
 // that recorded its event (Cycle.LatePhases).
 func (m *Matcher) LateWait(id uint16) bool { return int(id) < len(m.late) && m.late[id] }
+
+// CyclesAtStart reports whether a cycle-function call opens a cycle only at
+// its first entry into the start phase (Cycle.BeforeStart "outside").
+func (m *Matcher) CyclesAtStart() bool { return m.atStart }
 
 // HasLateWaits reports whether the preset declares late phases: closed
 // cycles are then held until their late waits can have come.

@@ -394,7 +394,7 @@ var (
 	hfUtils       = "generation/utils.py"
 	hfAssisted    = hf("GenerationMixin._assisted_decoding", hfUtils)
 	hfGenerate    = hf("GenerationMixin.generate", hfUtils)
-	hfNoGrad      = torch("_NoParamDecoratorContextManager.__call__.<locals>.decorate_context", "utils/_contextlib.py")
+	hfNoGrad      = torch("context_decorator.<locals>.decorate_context", "utils/_contextlib.py")
 	hfCallImpl    = torch("Module._call_impl", "nn/modules/module.py")
 	hfWrappedImpl = torch("Module._wrapped_call_impl", "nn/modules/module.py")
 	hfModelFwd    = []Frame{
@@ -432,6 +432,29 @@ var hfCases = []stackCase{
 	{"cache crop",
 		cat(st(hf("DynamicLayer.crop", "cache_utils.py"), hf("DynamicCache.crop", "cache_utils.py"), hfAssisted), hfOuter),
 		want{"spec.kv_rollback", 0, 2}, nil},
+	{"5.x cache crop: Cache.crop over layers, DynamicLayer.crop under @deprecate_kwarg",
+		cat(st(hf("DynamicLayer.crop", "cache_utils.py"), hf("deprecate_kwarg.<locals>.wrapper.<locals>.wrapped_func", "utils/deprecation.py"),
+			hf("Cache.crop", "cache_utils.py"), hfAssisted), hfOuter),
+		want{"spec.kv_rollback", 0, 3}, nil},
+	{"assistant cache crop inside the draft is rollback too",
+		cat(st(hf("DynamicLayer.crop", "cache_utils.py"), hf("Cache.crop", "cache_utils.py"),
+			hf("AssistedCandidateGenerator._update_past_and_masks", "generation/candidate_generator.py"),
+			hf("AssistedCandidateGenerator.get_candidates", "generation/candidate_generator.py"), hfAssisted), hfOuter),
+		want{"spec.kv_rollback", 0, 4}, nil},
+	{"draft mask growth is draft",
+		cat(st(hf("_prepare_attention_mask", "generation/candidate_generator.py"),
+			hf("AssistedCandidateGenerator._update_past_and_masks", "generation/candidate_generator.py"),
+			hf("AssistedCandidateGenerator.get_candidates", "generation/candidate_generator.py"), hfAssisted), hfOuter),
+		want{"spec.draft", 2, 3}, nil},
+	{"verify input mask growth is the loop's own work",
+		cat(st(hf("_prepare_attention_mask", "generation/candidate_generator.py"), hfAssisted), hfOuter),
+		want{"spec.cycle_other", 1, 1}, nil},
+	{"pre-4.5x rollback helper",
+		cat(st(hf("_crop_past_key_values", "generation/candidate_generator.py"), hfAssisted), hfOuter),
+		want{"spec.kv_rollback", 0, 1}, nil},
+	{"loop condition copies the stop flag back",
+		cat(st(hf("GenerationMixin._has_unfinished_sequences", hfUtils), hfAssisted), hfOuter),
+		want{"spec.cycle_other", 1, 1}, nil},
 	{"candidate strategy",
 		cat(st(hf("AssistedCandidateGenerator.update_candidate_strategy", "generation/candidate_generator.py"), hfAssisted), hfOuter),
 		want{"spec.strategy", 0, 1}, nil},

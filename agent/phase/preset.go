@@ -83,7 +83,19 @@ type Cycle struct {
 	// launching batch N+1; vLLM's async output thread). Such a call neither
 	// closes nor continues the calling thread's open cycle.
 	LatePhases []string `yaml:"late_phases,omitempty"`
+	// BeforeStart says where the calls of a cycle-function call made
+	// before its first entry into StartPhase go: "cycle" (the default: a
+	// cycle's preparation, as in SGLang's forward_batch_generation) or
+	// "outside" (one call holds a loop of cycles and what comes before the
+	// loop is setup, as in HF's _assisted_decoding).
+	BeforeStart string `yaml:"before_start,omitempty"`
 }
+
+// Values of Cycle.BeforeStart.
+const (
+	BeforeStartCycle   = "cycle"
+	BeforeStartOutside = "outside"
+)
 
 // Process selects the processes (and threads) a preset applies to.
 type Process struct {
@@ -628,6 +640,11 @@ func (p *Preset) validate() error {
 		}
 		if err := checkPhase(where, "start_phase", c.StartPhase); err != nil {
 			return err
+		}
+		switch c.BeforeStart {
+		case "", BeforeStartCycle, BeforeStartOutside:
+		default:
+			return fmt.Errorf("%s: before_start %q: want %q (calls before the start phase belong to the cycle) or %q (they are outside cycles)", where, c.BeforeStart, BeforeStartCycle, BeforeStartOutside)
 		}
 		seen := map[string]string{}
 		for _, l := range []struct {

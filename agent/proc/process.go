@@ -89,3 +89,26 @@ func Threads(pid int) ([]int, error) {
 	slices.Sort(tids)
 	return tids, nil
 }
+
+// OwnNamespaceID returns the id that thread tid of process pid has in its own pid namespace
+// (what gettid() returns there; for tid == pid, what getpid() returns): the last field of NSpid
+// in /proc/PID/task/TID/status. It equals tid when the process shares the agent's namespace,
+// and it is tid too on kernels before 4.1, which have no NSpid line.
+func OwnNamespaceID(pid, tid int) (int, error) {
+	b, err := os.ReadFile(procPath(pid, "task", strconv.Itoa(tid), "status"))
+	if err != nil {
+		return 0, fmt.Errorf("read the pid namespaces of thread %d of pid %d: %w", tid, pid, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "NSpid:" {
+			continue
+		}
+		id, err := strconv.Atoi(f[len(f)-1])
+		if err != nil {
+			return 0, fmt.Errorf("read the pid namespaces of thread %d of pid %d: NSpid %q: %w", tid, pid, line, err)
+		}
+		return id, nil
+	}
+	return tid, nil
+}

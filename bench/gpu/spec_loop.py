@@ -233,6 +233,9 @@ def main():
                    help="per-token draft/target agreement to calibrate to")
     g.add_argument("--calibrate-only", action="store_true", help="calibrate, write the scale, exit")
     g.add_argument("--warmup", type=int, default=10, help="cycles before the measured loop")
+    g.add_argument("--time-tolist", action="store_true",
+                   help="time each accept's .tolist() (the blocking copy) on CLOCK_MONOTONIC: the "
+                        "truth for specprof's sync wait in accept (result: tolist_ns)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--vocab", type=int, default=32000)
     g.add_argument("--hidden", type=int, default=4096)
@@ -406,6 +409,8 @@ def run_sglang(args):
             w.forward_batch_generation()
         torch.cuda.synchronize()
         ph.reset()
+        if getattr(args, "time_tolist", False):
+            w.tolist_ns = []
         n0 = len(w.output_ids)
         c0 = len(w.accept_lengths)
         prof = None
@@ -448,6 +453,7 @@ def run_sglang(args):
         loop_s=dt, tok_s=len(toks) / dt, cycle_ms=dt / cycles * 1e3 if cycles else None,
         accept_len=len(toks) / cycles if cycles else None,
         phases=phases, phase_metric=benchphase.MODE_METRIC.get(timing),
+        tolist_ns=w.tolist_ns,
         versions={"torch": torch.__version__, "cuda": torch.version.cuda,
                   "device": torch.cuda.get_device_name(), "python": sys.version.split()[0]},
     )

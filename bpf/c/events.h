@@ -93,7 +93,15 @@ struct py_config {
 	/* Phase id that begins a cycle when it comes back after other phases
 	 * within one cycle-function call (the per-thread cycle count); 0 none. */
 	__u32 cycle_start;
-	__u32 _pad;
+	__u32 cycle_flags; /* SP_CYCCFG_* */
+};
+
+/* py_config.cycle_flags: how the cycle rule opens cycles. */
+enum sp_cyccfg {
+	/* A call of the cycle function opens a cycle only at its first entry
+	 * into the start phase; its calls before that are outside cycles
+	 * (phase.Cycle.BeforeStart "outside": HF's setup before the loop). */
+	SP_CYCCFG_AT_START = 1 << 0,
 };
 
 struct code_key {

@@ -17,9 +17,20 @@
 #define PT_REGS_PARM6(x) ((x)->r9)
 #endif
 
+/* Only what the programs read; CO-RE relocates the offsets. */
+struct upid {
+	int nr;
+} __attribute__((preserve_access_index));
+
+struct pid {
+	unsigned int level;
+	struct upid numbers[1];
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int pid;
 	int tgid;
+	struct pid *thread_pid;
 } __attribute__((preserve_access_index));
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -35,6 +46,7 @@ const enum sp_event_type *unused_sp_event_type __attribute__((unused));
 const enum sp_py_flags *unused_sp_py_flags __attribute__((unused));
 const enum sp_cfg_flags *unused_sp_cfg_flags __attribute__((unused));
 const enum sp_track_flags *unused_sp_track_flags __attribute__((unused));
+const enum sp_cyccfg *unused_sp_cyccfg __attribute__((unused));
 const enum sp_class_flags *unused_sp_class_flags __attribute__((unused));
 const enum sp_lost *unused_sp_lost __attribute__((unused));
 const struct sample_event *unused_sample_event __attribute__((unused));
@@ -340,6 +352,9 @@ struct tstate_cache {
 	__u32 cyc_no;
 	__u64 cyc_frame;
 	__u32 cyc_bits;
+	/* own_ns_tid's answer for the task while its host tid is ns_host. */
+	__u32 ns_host;
+	__u32 ns_tid;
 	__u32 _pad;
 };
 
@@ -355,6 +370,44 @@ struct {
 	__type(key, int);
 	__type(value, struct tstate_cache);
 } tstates SEC(".maps");
+
+/* Deepest pid namespace level walked (the kernel's MAX_PID_NS_LEVEL). */
+#define SP_MAX_PID_NS_LEVEL 32
+
+/* The calling thread's id in its own pid namespace: what gettid() returns
+ * there, so what CPython stores as PyThreadState.native_thread_id and glibc
+ * as struct pthread's tid. bpf_get_current_pid_tgid gives the id in the
+ * initial namespace, which differs for a target in a container (docker,
+ * Kubernetes, unshare -p). The id the task's struct pid holds at its own
+ * level (pid->numbers[pid->level]) is the one its namespace sees. The answer
+ * is kept in the task's cache, keyed by the host tid (an exec by a thread
+ * other than the leader gives the task the leader's ids). */
+static __always_inline __u32 own_ns_tid(struct tstate_cache *tc, __u32 tid)
+{
+	if (tc && tc->ns_host == tid && tc->ns_tid)
+		return tc->ns_tid;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct pid *p = BPF_CORE_READ(task, thread_pid);
+	if (!p)
+		return tid;
+	unsigned int level = BPF_CORE_READ(p, level);
+	__u32 nr = tid;
+	if (level) {
+		if (level > SP_MAX_PID_NS_LEVEL)
+			return tid;
+		__u64 at = (__u64)p + bpf_core_field_offset(struct pid, numbers) +
+			   (__u64)level * bpf_core_type_size(struct upid) + bpf_core_field_offset(struct upid, nr);
+		int v = 0;
+		if (bpf_probe_read_kernel(&v, sizeof(v), (void *)at) || v <= 0)
+			return tid;
+		nr = v;
+	}
+	if (tc) {
+		tc->ns_host = tid;
+		tc->ns_tid = nr;
+	}
+	return nr;
+}
 
 /* Finds the calling thread's PyThreadState and its innermost frame pointer
  * (before the cframe hop). Returns 0 without a thread state, -1 when the
@@ -940,8 +993,8 @@ static int walk_step(__u32 i, struct walk_ctx *c)
  * its frame address and, for loops inside one call, by the start phase
  * coming back after other phases; a call outside any cycle closes it. The
  * count goes up whether or not the record reaches user space. */
-static __always_inline void count_cycle(struct tstate_cache *tc, struct sp_py *py, __u32 start, __u32 pid,
-					__u32 tid)
+static __always_inline void count_cycle(struct tstate_cache *tc, struct sp_py *py, __u32 start, __u32 cflags,
+					__u32 pid, __u32 tid)
 {
 	__u64 cyc = py->cycle_frame;
 	if (!cyc) {
@@ -951,6 +1004,10 @@ static __always_inline void count_cycle(struct tstate_cache *tc, struct sp_py *p
 	__u32 b = tc->cyc_bits;
 	__u32 ph = py->phase;
 	if (!(b & SP_CYC_IN) || cyc != tc->cyc_frame || (start && ph == start && (b & SP_CYC_SAW_AFTER))) {
+		if ((cflags & SP_CYCCFG_AT_START) && ph != start) {
+			tc->cyc_bits = 0; /* before the call's first start phase: outside */
+			return;
+		}
 		tc->cyc_no++;
 		if (!tc->cyc_no) /* 0 means unknown */
 			tc->cyc_no = 1;
@@ -1009,7 +1066,7 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid, __u32 
 	__u64 f = 0;
 	struct tstate_cache *tc = bpf_task_storage_get(&tstates, bpf_get_current_task_btf(), 0,
 						       BPF_LOCAL_STORAGE_GET_F_CREATE);
-	int found = find_frame(cfg, w, tc, tid, &f);
+	int found = find_frame(cfg, w, tc, own_ns_tid(tc, tid), &f);
 	if (!found) {
 		py->flags = SP_PY_NO_TSTATE;
 		return 0;
@@ -1106,7 +1163,7 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid, __u32 
 	py->flags = flags;
 	py->cycle_no = 0;
 	if (!all && tc && !(flags & SP_PY_UNKNOWN))
-		count_cycle(tc, py, cfg->cycle_start, pid, tid);
+		count_cycle(tc, py, cfg->cycle_start, cfg->cycle_flags, pid, tid);
 	return 0;
 }
 
@@ -1266,6 +1323,12 @@ SYNC_ENTRY(sp_event_sync, SP_API_EVENT_SYNC, PT_REGS_PARM1(ctx), 0, 0)
 SYNC_ENTRY(sp_ctx_sync, SP_API_CTX_SYNC, 0, 0, 0)
 /* CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) */
 SYNC_ENTRY(sp_memcpy_dtoh, SP_API_MEMCPY_DTOH, 0, 0, PT_REGS_PARM3(ctx))
+/* Copies that can block: (dst, src, bytes[, stream]); arg0 = bytes. */
+SYNC_ENTRY(sp_memcpy_dtoh_async, SP_API_MEMCPY_DTOH_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx))
+SYNC_ENTRY(sp_memcpy_htod, SP_API_MEMCPY_HTOD, 0, 0, PT_REGS_PARM3(ctx))
+SYNC_ENTRY(sp_memcpy_htod_async, SP_API_MEMCPY_HTOD_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx))
+SYNC_ENTRY(sp_memcpy, SP_API_MEMCPY, 0, 0, PT_REGS_PARM3(ctx))
+SYNC_ENTRY(sp_memcpy_async, SP_API_MEMCPY_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx))
 
 static __always_inline int sync_exit(struct pt_regs *ctx, __u32 api)
 {
@@ -1290,6 +1353,11 @@ SEC("uretprobe") int sp_stream_sync_ret(struct pt_regs *ctx) { return sync_exit(
 SEC("uretprobe") int sp_event_sync_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_EVENT_SYNC); }
 SEC("uretprobe") int sp_ctx_sync_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_CTX_SYNC); }
 SEC("uretprobe") int sp_memcpy_dtoh_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY_DTOH); }
+SEC("uretprobe") int sp_memcpy_dtoh_async_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY_DTOH_ASYNC); }
+SEC("uretprobe") int sp_memcpy_htod_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY_HTOD); }
+SEC("uretprobe") int sp_memcpy_htod_async_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY_HTOD_ASYNC); }
+SEC("uretprobe") int sp_memcpy_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY); }
+SEC("uretprobe") int sp_memcpy_async_ret(struct pt_regs *ctx) { return sync_exit(ctx, SP_API_MEMCPY_ASYNC); }
 
 #define SIMPLE(prog, type, apiid, handle_expr, stream_expr, arg0_expr, arg1_expr) \
 	SEC("uprobe") int prog(struct pt_regs *ctx)                               \
@@ -1304,8 +1372,13 @@ SEC("uretprobe") int sp_memcpy_dtoh_ret(struct pt_regs *ctx) { return sync_exit(
 		return submit(full);                                              \
 	}
 
-/* cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, CUstream) */
-SIMPLE(sp_memcpy_dtoh_async, SP_EV_MARK, SP_API_MEMCPY_DTOH_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx), 0)
+/* Copies and sets that do not block: launches of their phase (SP_EV_MARK, counted as
+ * copies). cuMemcpyDtoDAsync_v2(dst, src, bytes, CUstream): arg0 = bytes;
+ * cuMemsetD8Async(dst, value, count, CUstream): arg0 = elements. */
+SIMPLE(sp_memcpy_dtod_async, SP_EV_MARK, SP_API_MEMCPY_DTOD_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx), 0)
+SIMPLE(sp_memset_async, SP_EV_MARK, SP_API_MEMSET_ASYNC, 0, PT_REGS_PARM4(ctx), PT_REGS_PARM3(ctx), 0)
+SIMPLE(sp_memcpy_dtod, SP_EV_MARK, SP_API_MEMCPY_DTOD, 0, 0, PT_REGS_PARM3(ctx), 0)
+SIMPLE(sp_memset, SP_EV_MARK, SP_API_MEMSET, 0, 0, PT_REGS_PARM3(ctx), 0)
 /* cuEventRecord(CUevent, CUstream) */
 SIMPLE(sp_event_record, SP_EV_MARK, SP_API_EVENT_RECORD, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0, 0)
 /* cuStreamWaitEvent(CUstream, CUevent, flags) */

@@ -62,28 +62,27 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	fl := c.Flags()
 	fl.StringVar(&f.preset, "preset", "sglang-eagle", "phase preset ("+fmt.Sprint(phase.Presets())+")")
 	fl.StringVar(&f.rules, "rules", "", "YAML file with phase rules (may extend a preset)")
-	fl.IntVar(&f.interval, "interval", 100, "print the phase table every N cycles (0: only the final report)")
+	fl.IntVar(&f.interval, "interval", 100, "print the phase table every N cycles of a thread (0: only the final report)")
 	fl.StringVarP(&f.outDir, "output", "o", "", "output directory (default ./specprof-out/<timestamp>)")
-	fl.BoolVar(&f.force, "force", false, "write into an existing output directory that is not empty, and over an existing --events file, replacing files of the same names "+
-		"(without it the directory must be new or empty; links are never written through)")
+	fl.BoolVar(&f.force, "force", false, "write into an output directory that is not empty and over an existing --events file, replacing files of the same names (links are never written through)")
 	fl.StringVar(&f.events, "events", "", "also write every attributed call as JSON lines to this file (a new file, unless --force)")
-	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no periodic tables")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print no periodic tables or status lines, only the final report")
 	fl.BoolVar(&f.wide, "wide", false, "show every column of the phase tables and leave long lines unwrapped")
-	fl.BoolVarP(&f.verbose, "verbose", "v", false, "debug logging")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log debug messages, among them every tracing window and flush request")
 	fl.StringVar(&f.cupti, "cupti", "auto", "GPU-side records through the injected CUPTI library: auto (when the library is found), on, off")
 	fl.StringVar(&f.cuptiLib, "cupti-lib", "", "path of libspecprof_cupti.so (default: next to the specprof executable)")
 	for _, k := range sinkKinds {
 		k.flags(fl)
 	}
-	fl.StringVar(&f.duty, "cupti-duty", "", "trace GPU kernels and copies only in windows, ON/PERIOD (e.g. 200ms/2s): cycles inside a window get GPU figures, the rest CPU figures only; switched by an application thread where it waits for the GPU (switching under GPU work crashed processes on the H200). CUPTI still costs each CUDA call outside the windows: on the H200 100ms/1s cost the graph loop 3.0 % against 5.0 % for tracing every kernel, but a launch-bound eager loop about as much as full tracing; there use --cupti-windows N --cupti-detach")
-	fl.StringVar(&f.probes, "probe-duty", "", "attach the CUDA/NCCL probes only in windows, ON/PERIOD (e.g. 500ms/10s): cycles wholly inside a window are measured (the first and last of each window are cut and counted), and between windows no uprobe is in place and the CPU sampler is paused. A probe costs every launch its trap (about 1.7 µs per launch in HF's eager loop on the H200), so on launch-bound loops this is the way to cost a given share of that; CPU figures only, or GPU figures from the first N CUPTI windows with --cupti-duty ON/PERIOD --cupti-windows N: the probes stay in place until CUPTI has traced them (add --cupti-detach to spare the target CUPTI's cost afterwards)")
-	fl.StringVar(&f.dutyFrom, "cupti-duty-start", "now", "with --cupti-duty: when windows begin. 'now': the first window opens as the process starts CUDA, so it often falls on model loading and warm-up; 'cycles': each window opens only once the agent sees the process run decode cycles (recognised by the phase rules), so a server waiting for requests gets none and --cupti-windows N traces N windows of real cycles (run; a process started otherwise takes SPECPROF_CUPTI_DUTY_START=cycles from its environment)")
+	fl.StringVar(&f.duty, "cupti-duty", "", "trace GPU kernels and copies only in windows of ON every PERIOD (e.g. 200ms/2s), so that only the cycles wholly inside a window get GPU figures")
+	fl.StringVar(&f.probes, "probe-duty", "", "put the CUDA and NCCL probes in place only in windows of ON every PERIOD (e.g. 500ms/10s), measuring the cycles wholly inside a window (with GPU records, add --cupti-duty and --cupti-windows)")
+	fl.StringVar(&f.dutyFrom, "cupti-duty-start", "now", "with --cupti-duty, when windows open: 'now' (as the process starts CUDA) or 'cycles' (each only once the agent sees decode cycles, run only)")
 	fl.IntVar(&f.windows, "cupti-windows", 0, "with --cupti-duty: trace at most N windows, then no more GPU records (0: no limit)")
-	fl.BoolVar(&f.detach, "cupti-detach", false, "with --cupti-windows: detach CUPTI from the target (cuptiFinalize) after the last window, for good. A subscribed CUPTI costs the target on every CUDA call even with nothing enabled; the detach makes one application thread wait for a context synchronisation and CUPTI's teardown (measured and reported). Final, because CUDA graph launches failed after CUPTI was attached again (H200, CUDA 13.0); in a process that has built CUDA graphs, whose launches fail after cuptiFinalize, every CUPTI callback is turned off instead (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe in the target's environment drops the subscription too); the report says which; on the H200 graph loop, 3 windows of 100ms/1s and then the callbacks off cost 1.6 % (median of 14 paired runs)")
-	fl.StringVar(&f.graphs, "cupti-graphs", "node", "CUDA graph launches: 'node' records every kernel of a replay; 'graph' one record per replay (first node start to last node end; CUPTI's graph-level tracing), cheaper where graphs hold many kernels, with phase GPU figures per graph instead of per kernel")
+	fl.BoolVar(&f.detach, "cupti-detach", false, "with --cupti-windows, detach CUPTI from the target for good after the last window (a process that has built CUDA graphs gets every CUPTI callback turned off instead)")
+	fl.StringVar(&f.graphs, "cupti-graphs", "node", "how CUDA graph replays are recorded: 'node' (every kernel of a replay) or 'graph' (one record per replay, cheaper for graphs of many kernels)")
 	fl.IntVar(&f.ranks, "collective-ranks", 0, "ranks per NCCL communicator, for bus bandwidth (default: the number of traced processes making collectives)")
 	fl.IntVar(&f.cpuHz, "cpu-hz", bpf.DefaultSampleHz, "sample the CPU of the target's threads this many times per second, with their Python stacks (0: off)")
-	fl.StringVar(&f.spec, "spec-metrics", "log", "accept length and tok/s: 'log' (the target's Decode batch / SpecDecoding log lines; run only), a Prometheus URL (http://host:port/metrics), or 'off'")
+	fl.StringVar(&f.spec, "spec-metrics", "log", "accept length and tok/s: 'log' (the target's Decode batch / SpecDecoding log lines, run only), a Prometheus URL (http://host:port/metrics), or 'off'")
 }
 
 func (f *sessionFlags) loadPreset() (*phase.Preset, error) {
@@ -159,9 +158,9 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 		return nil, fmt.Errorf("--cupti-graphs %q: want 'node' (every kernel of a graph replay) or 'graph' (one record per replay)", f.graphs)
 	}
 	if f.graphs == "graph" && f.duty != "" {
-		// Switching CUPTI's graph-level tracing on and off crashed the next CUDA graph launch on the
-		// H200 (3 of 3 runs), even with the switch made on the launching thread.
-		return nil, fmt.Errorf("--cupti-graphs graph with --cupti-duty: not supported, switching graph-level tracing on and off crashes CUDA graph launches (docs/benchmarks/h200.md §12); use one or the other")
+		// Switching CUPTI's graph-level tracing on and off crashes the next
+		// CUDA graph launch, even when the launching thread makes the switch.
+		return nil, fmt.Errorf("--cupti-graphs graph with --cupti-duty: not supported, switching graph-level tracing on and off crashes CUDA graph launches (docs/overhead.md, known hazards); use one or the other")
 	}
 	if f.interval < 0 {
 		return nil, fmt.Errorf("--interval %d: must be 0 or more", f.interval)

@@ -302,8 +302,8 @@ func runMock(t *testing.T, workload, env []string, flags ...string) (agent.Repor
 // finalized, no callback is left on and nothing calls CUPTI afterwards, the
 // workload runs to its end with its output unchanged, and the report says
 // what was done. The same holds with windows on decode cycles, where the
-// graphs are captured before any window and only replayed in one: on the
-// H200 a finalize broke those too (h200.md §21a).
+// graphs are captured before any window and only replayed in one: a
+// finalize breaks those too (docs/overhead.md, known hazards).
 func TestCUPTIDetachGraphs(t *testing.T) {
 	for _, tc := range []struct {
 		name, mode  string
@@ -670,7 +670,7 @@ func testIdleProcessCycles(t *testing.T, duty bool) {
 
 // TestCUPTIDutyStuckCorrelation: on the H200, CUPTI 13.0 gave every call and
 // kernel one correlation id from some window on, once duty windows had
-// switched its API kinds (h200.md §16c); the mock CUPTI does the same with
+// switched its API kinds (docs/overhead.md, known hazards); the mock CUPTI does the same with
 // SPECPROF_MOCK_CUPTI_STUCK_CORR=1 from the second window. With CUPTI's own
 // API records (SPECPROF_CUPTI_API_SOURCE=activity) the repeated ids are
 // counted, their launches lost, and the summary says what to do. By default

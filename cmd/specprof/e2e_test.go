@@ -178,6 +178,7 @@ func TestRunAttributesEveryCall(t *testing.T) {
 					checkReport(t, &rep, cycles)
 					checkKernels(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "events.jsonl"))
 					checkGPUBusy(t, filepath.Join(dir, "truth.jsonl"), &rep, mode == "eager")
+					checkCopies(t, filepath.Join(dir, "truth.jsonl"), &rep, mode == "graph")
 					checkCycles(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "cycles.jsonl"), &rep, cycles)
 					checkActiveElapsed(t, filepath.Join(dir, "truth.jsonl"), filepath.Join(dir, "cycles.jsonl"), &rep, depth == 10)
 					t.Logf("%d calls compared", n)
@@ -407,6 +408,95 @@ func checkGPUBusy(t *testing.T, truthPath string, rep *agent.Report, wantOverlap
 	}
 	if wantOverlap && !overlapped {
 		t.Errorf("no phase ran kernels on two streams at once: the union-not-sum check proved nothing")
+	}
+}
+
+// checkCopies: every simulated copy and set of a cycle phase lands in the
+// phase of the call that made it (the call's tag), exactly: each hooked
+// cuMemcpy* / cuMemset* joins its CUPTI memcpy / memset record as a launch
+// joins its kernels. The blocking copies' time inside the call is their
+// phase's sync wait: at least the simulated copy's own duration from the
+// call's entry, whatever entry point it went through (cuMemcpyAsync's
+// DtoH into pageable memory blocks like cuMemcpyDtoH). withPrepare: the graph
+// runners' replay_prepare copies and sets must be among them.
+func checkCopies(t *testing.T, truthPath string, rep *agent.Report, withPrepare bool) {
+	t.Helper()
+	recs, err := testenv.ReadTruth(truthPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		tid int
+		tag string
+	}
+	type tally struct{ copies, copyBytes, sets, setBytes int64 }
+	want := map[key]*tally{}
+	apiOf := map[uint64]string{}
+	for _, r := range recs {
+		if r.Kind == "api" {
+			apiOf[r.Corr] = r.API
+		}
+	}
+	kinds := map[string]bool{}
+	for _, r := range recs {
+		if (r.Kind != "memcpy" && r.Kind != "memset") || !strings.HasPrefix(r.Tag, "spec.") {
+			continue
+		}
+		k := key{int(r.Tid), r.Tag}
+		w := want[k]
+		if w == nil {
+			w = &tally{}
+			want[k] = w
+		}
+		if r.Kind == "memcpy" {
+			w.copies++
+			w.copyBytes += int64(r.Bytes)
+		} else {
+			w.sets++
+			w.setBytes += int64(r.Bytes)
+		}
+		kinds[apiOf[r.Corr]] = true
+	}
+	for _, api := range []string{"cuMemcpyAsync", "cuMemcpyDtoDAsync_v2", "cuMemsetD32Async", "cuMemcpyHtoDAsync_v2"} {
+		if withPrepare && !kinds[api] {
+			t.Errorf("no simulated copy or set of a cycle phase came from %s: the check proved nothing for it (%v)", api, kinds)
+		}
+	}
+	got := map[key]tally{}
+	for _, p := range rep.Processes {
+		for _, th := range p.Threads {
+			for _, ph := range th.Phases {
+				if strings.HasPrefix(ph.Phase, "spec.") {
+					got[key{th.TID, ph.Phase}] = tally{ph.GPUMemcpys, ph.GPUMemcpyBytes, ph.GPUMemsets, ph.GPUMemsetBytes}
+				}
+			}
+		}
+	}
+	for k, w := range want {
+		if g := got[k]; g != *w {
+			t.Errorf("tid %d %s: %d copies (%d bytes), %d sets (%d bytes); simulated %d (%d), %d (%d)",
+				k.tid, k.tag, g.copies, g.copyBytes, g.sets, g.setBytes, w.copies, w.copyBytes, w.sets, w.setBytes)
+		}
+	}
+	// The accept copy blocks inside the copy call: spec.accept's sync wait
+	// holds at least every accept copy's own GPU duration.
+	for _, p := range rep.Processes {
+		for _, th := range p.Threads {
+			for _, ph := range th.Phases {
+				if ph.Phase != "spec.accept" || ph.Cycles == 0 {
+					continue
+				}
+				var copyNs int64
+				for _, r := range recs {
+					if r.Kind == "memcpy" && r.Tag == "spec.accept" && int(r.Tid) == th.TID {
+						copyNs += int64(r.End - r.Start)
+					}
+				}
+				if ph.SyncWaitNs < copyNs {
+					t.Errorf("tid %d spec.accept: sync wait %d ns, less than its copies' own %d ns", th.TID, ph.SyncWaitNs, copyNs)
+				}
+			}
+		}
 	}
 }
 

@@ -30,7 +30,7 @@ func init() {
 		name: "pprof",
 		flags: func(fl *pflag.FlagSet) {
 			fl.BoolVar(&filesFlags.pprof, "pprof", true, "write the pprof profiles "+pprof.GPUTimeFile+", "+pprof.SyncWaitFile+" and "+pprof.CPUFile+
-				" to the output directory (--pprof=false, with --perfetto=false, also spares collecting every GPU record)")
+				" to the output directory (with --perfetto=false too, specprof stops collecting every GPU record)")
 		},
 		make: func(s *session) (sink, error) {
 			if !filesFlags.pprof {
@@ -46,7 +46,7 @@ func init() {
 			fl.BoolVar(&filesFlags.perfetto, "perfetto", true, "write the timeline "+perfetto.FileName+
 				" (Chrome trace JSON: open it at ui.perfetto.dev) to the output directory")
 			fl.IntVar(&filesFlags.perfettoEvents, "perfetto-max-events", perfetto.DefaultMaxEvents,
-				"events kept for the timeline (about 150 bytes each); later cycles are counted, not kept")
+				"events kept for the timeline (about 150 bytes each), beyond which whole cycles are counted, not kept")
 		},
 		make: func(s *session) (sink, error) {
 			if !filesFlags.perfetto {

@@ -36,10 +36,10 @@ func init() {
 		name: "OTLP",
 		flags: func(fl *pflag.FlagSet) {
 			fl.BoolVar(&otlpFlags.on, "otlp", false, "stream one OpenTelemetry trace per cycle over OTLP (endpoint from --otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT)")
-			fl.StringVar(&otlpFlags.endpoint, "otlp-endpoint", "", "OTLP collector (e.g. Jaeger) as host:port or http(s)://host:port[/path]; implies --otlp")
+			fl.StringVar(&otlpFlags.endpoint, "otlp-endpoint", "", "OTLP collector (e.g. Jaeger) as host:port or http(s)://host:port[/path], implying --otlp")
 			fl.StringVar(&otlpFlags.protocol, "otlp-protocol", "", "OTLP protocol: grpc or http (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
 			fl.BoolVar(&otlpFlags.insecure, "otlp-insecure", false, "OTLP without TLS (implied by an http:// endpoint)")
-			fl.StringArrayVar(&otlpFlags.headers, "otlp-header", nil, "OTLP request header key=value (repeatable; added to OTEL_EXPORTER_OTLP_HEADERS)")
+			fl.StringArrayVar(&otlpFlags.headers, "otlp-header", nil, "OTLP request header key=value (repeatable, added to OTEL_EXPORTER_OTLP_HEADERS)")
 			fl.StringVar(&otlpFlags.serviceName, "service-name", "", "service.name of the exported traces (default: OTEL_SERVICE_NAME, else specprof)")
 			fl.BoolVar(&otlpFlags.kernels, "otlp-kernels", false, "one span per GPU kernel and copy under each phase's gpu span")
 			fl.IntVar(&otlpFlags.queue, "otlp-queue", otlp.DefaultQueueCycles, "cycles waiting for OTLP export before new ones are dropped (and counted)")

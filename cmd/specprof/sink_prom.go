@@ -22,7 +22,7 @@ func init() {
 	registerSink(sinkKind{
 		name: "metrics",
 		flags: func(fl *pflag.FlagSet) {
-			fl.StringVar(&promFlags.addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics while profiling (e.g. :9464; default off)")
+			fl.StringVar(&promFlags.addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics while profiling (e.g. :9464, default off)")
 		},
 		make: func(s *session) (sink, error) {
 			if promFlags.addr == "" {

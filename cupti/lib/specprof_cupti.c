@@ -108,7 +108,7 @@ static struct {
     int clock_offset;
     /* SPECPROF_CUPTI_SUBSCRIBE=0 (a cost experiment): the activity API alone, without cuptiSubscribe:
      * no callbacks at all, so no duty cycling, no detach, no late agent's GPU records, and graph nodes
-     * are not tied to their creating launch. On the H200 it saved 0.4 of 5.5 µs per traced launch. */
+     * are not tied to their creating launch. It saves little of full tracing's cost (docs/overhead.md). */
     int no_subscribe;
     uint32_t duty_mask; /* SPECPROF_CUPTI_DUTY_KINDS: the kinds windows switch (default all of K_WINDOWED) */
     int duty_graphs;    /* SPECPROF_CUPTI_DUTY_GRAPHS (default 1); 0: no window opens in a process that has
@@ -117,8 +117,8 @@ static struct {
      * the work calls are made by this library in CUPTI's enter and exit callbacks (timestamps from
      * CLOCK_MONOTONIC, the correlation id CUPTI hands the callback) instead of CUPTI's DRIVER and
      * RUNTIME activity kinds, which are never enabled, so windows never switch them (see
-     * read_config). With every kernel traced it saved nothing measurable on the H200 (h200.md §16a),
-     * so there CUPTI's own records stay the default. */
+     * read_config). With every kernel traced it saves nothing measurable, so there CUPTI's own
+     * records stay the default. */
     int api_cb;
     uint32_t api_ring; /* SPECPROF_CUPTI_API_RING: slots of the callbacks' record ring (power of 2) */
 } cfg;
@@ -254,11 +254,10 @@ static void read_config(void) {
                    "all the time",
                    duty);
     }
-    /* Duty-cycled, the API records come from the callbacks unless asked otherwise: on the H200 (CUPTI
-     * 13.0), switching CUPTI's DRIVER and RUNTIME kinds on and off left it giving one correlation id to
-     * every later call and kernel of the switching thread, from some window on, in most runs of HF
-     * assisted generation (in one run 12,088 of the 14,272 launches made in windows lost their join);
-     * with those kinds never enabled, 0 in every run (docs/benchmarks/h200.md §16c). */
+    /* Duty-cycled, the API records come from the callbacks unless asked otherwise: switching CUPTI's
+     * DRIVER and RUNTIME kinds on and off leaves CUPTI 13.0 giving one correlation id to every later
+     * call and kernel of the switching thread, so the windows' launches lose their join; with those
+     * kinds never enabled none does (docs/overhead.md, known hazards). */
     if (cfg.duty_on_ns && !src_set && !cfg.no_subscribe) cfg.api_cb = 1;
     if (cfg.duty_on_ns && src_set && !cfg.api_cb)
         logmsg("SPECPROF_CUPTI_API_SOURCE=activity with duty-cycled tracing: switching CUPTI's API kinds can leave "
@@ -309,15 +308,14 @@ static atomic_ullong g_detaches, g_detach_stall_ns, g_detach_refused;
 /* 1: instead of a finalize, every callback went off (quiet); 2: and the subscription went too. */
 static atomic_ullong g_detach_quiet;
 /* 1: windows stopped opening because the process had built CUDA graphs (SPECPROF_CUPTI_DUTY_GRAPHS=0
- * only). Switching at the exit of any call crashed the H200 graph loop about once per 650 switches
- * (see g_gs). Switching only where the application waits for the GPU ran 5,295 switches of the graph
- * loop without a crash (0.03 % likely at the old rate), so graph processes switch too by default. */
+ * only). Switching at the exit of any call crashed graph processes (see g_gs); switching only where
+ * the application waits for the GPU does not, so graph processes switch too by default. */
 static atomic_ullong g_duty_stopped;
 /* A CUDA graph node was created or cloned while CUPTI was subscribed. Launches of such graphs fail
- * once CUPTI is finalized (all 12 graph-loop runs that detached after graph capture on the H200,
- * CUPTI 13.0.85; PyTorch's profiler skips its CUPTI teardown when graphs are used, pytorch#112507),
- * also when the graphs were captured before any window and only replayed in one (3 of 3 runs,
- * h200.md §21a), so a process with graphs is never finalized: its detach turns CUPTI quiet instead (quiet_cupti). */
+ * once CUPTI is finalized (CUPTI 13.0; PyTorch's profiler skips its CUPTI teardown when graphs are
+ * used, pytorch#112507), also when the graphs were captured before any window and only replayed in
+ * one (docs/overhead.md, known hazards), so a process with graphs is never finalized: its detach
+ * turns CUPTI quiet instead (quiet_cupti). */
 static atomic_int g_graphs;
 static const char refused_msg[] = "not finalizing CUPTI: this process has built CUDA graphs, whose launches fail after "
                                   "cuptiFinalize; every CUPTI callback turned off instead";
@@ -1383,7 +1381,7 @@ static int buffers_done(void) {
 /* The callbacks' API records (cfg.api_cb) up to position upto (UINT64_MAX: all) to the agent, or
  * counted as lost without one. The sender drains them at CUPTI's flush cadence (and when half the
  * ring is full), as CUPTI delivers its own: the agent then gets them in batches, mostly after their
- * launches' eBPF events (it copes with either order, h200.md §14d). */
+ * launches' eBPF events (it copes with either order). */
 static void drain_api_ring_to(uint64_t upto) {
     struct spw_api w;
     while (g_api_head < upto && api_ring_pop(&w)) {

@@ -147,7 +147,11 @@ func WriteReport(out io.Writer, r *agent.Report, lay Layout) error {
 		}
 	}
 	for _, p := range r.Processes {
-		fmt.Fprintf(w, "\npid %d  %s\n", p.PID, trim(p.Cmdline, 100))
+		if p.NSPID != 0 {
+			fmt.Fprintf(w, "\npid %d (%d in its pid namespace)  %s\n", p.PID, p.NSPID, trim(p.Cmdline, 100))
+		} else {
+			fmt.Fprintf(w, "\npid %d  %s\n", p.PID, trim(p.Cmdline, 100))
+		}
 		if p.Python != "" {
 			fmt.Fprintf(w, "  python %s; libraries: %s\n", p.Python, strings.Join(p.Libraries, ", "))
 		}
@@ -200,7 +204,11 @@ func WriteReport(out io.Writer, r *agent.Report, lay Layout) error {
 			fmt.Fprintf(w, "  problem: %s\n", pr)
 		}
 		for _, t := range p.Threads {
-			fmt.Fprintf(w, "  tid %d: %d calls, %d cycles", t.TID, t.Calls, t.Cycles)
+			fmt.Fprintf(w, "  tid %d", t.TID)
+			if t.NSTID != 0 {
+				fmt.Fprintf(w, " (%d in its namespace)", t.NSTID)
+			}
+			fmt.Fprintf(w, ": %d calls, %d cycles", t.Calls, t.Cycles)
 			if t.GPUPartial > 0 {
 				fmt.Fprintf(w, " (%d begun before the CUPTI library connected: CPU figures only)", t.GPUPartial)
 			}
@@ -230,7 +238,7 @@ func WriteReport(out io.Writer, r *agent.Report, lay Layout) error {
 			if len(t.Outside) > 0 {
 				fmt.Fprintf(w, "  outside cycles (totals):")
 				for _, s := range t.Outside {
-					fmt.Fprintf(w, " %s=%d calls", s.Phase, s.Launches+s.Syncs+s.Colls+s.Markers)
+					fmt.Fprintf(w, " %s=%d calls", s.Phase, s.Launches+s.Copies+s.Syncs+s.Colls+s.Markers)
 					if s.CPUSamples > 0 {
 						fmt.Fprintf(w, "/%s ms cpu", ms(float64(s.CPUNs)))
 					}
@@ -270,10 +278,10 @@ func WriteReport(out io.Writer, r *agent.Report, lay Layout) error {
 			fmt.Fprintln(w)
 		}
 	}
-	if g := r.GPUReceiver; g != nil && g.Rejected+g.Malformed+g.NamesNotKept > 0 {
-		fmt.Fprintf(w, "CUPTI socket: %d connections accepted, %d rejected (not traced %d, pid mismatch %d, over limit %d, no HELLO in time %d, bad HELLO %d, peer unknown %d; at most %d held at once); malformed records %d (bad length %d, unknown type %d, short %d, truncated %d, bad name %d, extra HELLO %d); kernel names not kept %d\n",
+	if g := r.GPUReceiver; g != nil && g.Rejected+g.Malformed+g.NamesNotKept+g.TidsUnmapped > 0 {
+		fmt.Fprintf(w, "CUPTI socket: %d connections accepted, %d rejected (not traced %d, pid mismatch %d, over limit %d, no HELLO in time %d, bad HELLO %d, peer unknown %d; at most %d held at once); malformed records %d (bad length %d, unknown type %d, short %d, truncated %d, bad name %d, extra HELLO %d); kernel names not kept %d; container thread ids not mapped to host ids %d\n",
 			g.Accepted, g.Rejected, g.NotTraced, g.PidMismatch, g.OverLimit, g.NoHello, g.BadHello, g.PeerUnknown, g.PeakOpen,
-			g.Malformed, g.BadLength, g.UnknownType, g.Short, g.Truncated, g.BadName, g.ExtraHello, g.NamesNotKept)
+			g.Malformed, g.BadLength, g.UnknownType, g.Short, g.Truncated, g.BadName, g.ExtraHello, g.NamesNotKept, g.TidsUnmapped)
 	}
 	for _, e := range r.Exports {
 		if e.Dropped+e.Failed+e.Unsent > 0 && !e.OwnLine {
@@ -347,8 +355,7 @@ func WriteJSON(w io.Writer, r *agent.Report) error {
 // windowVsCycle returns the mean length of a process's tracing windows and
 // the mean cycle of its busiest thread (ns; 0 when unknown). A cycle counts
 // as traced only when it lies wholly inside a window, so windows that are
-// not several cycles long leave most cycles without GPU figures (on the H200,
-// 100 ms windows over HF's 110 ms cycles traced 2 to 4 cycles of 91).
+// not several cycles long leave most cycles without GPU figures.
 func windowVsCycle(d *agent.DutyStats, threads []*agent.ThreadReport) (win, cyc float64) {
 	if d.Windows == 0 {
 		return 0, 0

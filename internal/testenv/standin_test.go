@@ -197,7 +197,9 @@ var wantCudaExports = []string{
 	"cuCtxSynchronize_v2", "cuGetErrorString", "cuGetErrorName", "cuModuleLoadData", "cuModuleLoad",
 	"cuModuleUnload", "cuModuleGetFunction", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH",
 	"cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2",
-	"cuMemcpyDtoHAsync_v2_ptsz", "cuMemsetD8_v2", "cuStreamCreate", "cuStreamCreateWithPriority",
+	"cuMemcpyDtoHAsync_v2_ptsz", "cuMemsetD8_v2",
+	"cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyAsync_ptsz", "cuMemcpyDtoD_v2", "cuMemcpyDtoDAsync_v2",
+	"cuMemcpyDtoDAsync_v2_ptsz", "cuMemsetD8Async", "cuMemsetD8Async_ptsz", "cuMemsetD32Async", "cuMemsetD32Async_ptsz", "cuStreamCreate", "cuStreamCreateWithPriority",
 	"cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuStreamWaitEvent", "cuStreamQuery",
 	"cuEventCreate", "cuEventDestroy_v2", "cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags",
 	"cuEventSynchronize", "cuEventQuery", "cuEventElapsedTime", "cuLaunchKernel", "cuLaunchKernel_ptsz",
@@ -517,8 +519,8 @@ func TestSyncBlocks(t *testing.T) {
 }
 
 // TestDtoHCopy: a synchronous DtoH copy is a legacy-stream operation queued behind earlier
-// work, lasting bytes / bandwidth, and blocks until its end; data round-trips; async copies and
-// memsets do not block.
+// work, lasting bytes / bandwidth, and blocks until its end; data round-trips; an async DtoH copy into
+// pageable memory blocks too (the stand-in has no pinned memory); memsets do not block.
 func TestDtoHCopy(t *testing.T) {
 	t.Parallel()
 	r := runScenario(t, "dtoh")
@@ -568,8 +570,10 @@ func TestDtoHCopy(t *testing.T) {
 	if ac[0].API != "cuMemcpyDtoHAsync_v2" || ac[0].Stream != ak[0].Stream || ac[0].Start != max(ac[0].Submit+defLatency, ak[0].End) {
 		t.Errorf("async copy %+v after kernel ending %d", *ac[0], ak[0].End)
 	}
-	if a := r.api(ac[0].Corr); a == nil || a.Exit >= ac[0].End {
-		t.Errorf("cuMemcpyDtoHAsync_v2 blocked: %+v, copy ends %d", a, ac[0].End)
+	// Into pageable host memory (the stand-in has no other) an async DtoH
+	// copy returns only once it is done, as on the real driver.
+	if a := r.api(ac[0].Corr); a == nil || a.Exit < ac[0].End {
+		t.Errorf("cuMemcpyDtoHAsync_v2 returned before its copy into pageable memory ended: %+v, copy ends %d", a, ac[0].End)
 	}
 }
 

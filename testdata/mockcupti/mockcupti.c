@@ -48,8 +48,8 @@
  *   SPECPROF_MOCK_CUPTI_STUCK_CORR=1  once the DRIVER kind is enabled a second time (a duty window
  *                                   opening again), every later correlation id, in records and
  *                                   callbacks alike, is the next driver call's: what CUPTI 13.0
- *                                   did on the H200 after its API kinds were switched by windows
- *                                   (docs/benchmarks/h200.md §16c)
+ *                                   did after its API kinds were switched by windows
+ *                                   (docs/overhead.md, known hazards)
  *   SPECPROF_MOCK_CUPTI_SWITCH_DELAY_US=n  cuptiActivityEnable/Disable return n µs after switching
  *                                   their kind: the switching thread preempted between two kinds,
  *                                   while other threads' calls go on
@@ -419,6 +419,10 @@ static const struct {
     {"cuDevicePrimaryCtxRelease_v2", 544}, {"cuGraphInstantiate_v2", 578}, {"cuEventRecordWithFlags", 587},
     {"cuGetProcAddress", 626}, {"cuGraphInstantiateWithFlags", 643}, {"cuLaunchKernelEx", 652},
     {"cuLaunchKernelEx_ptsz", 653}, {"cuGetProcAddress_v2", 677}, {"cuCtxSynchronize_v2", 800},
+    /* copies and sets (h200.md §23) */
+    {"cuMemsetD8Async", 216}, {"cuMemsetD32Async", 220}, {"cuMemcpyDtoD_v2", 280}, {"cuMemcpyDtoDAsync_v2", 281},
+    {"cuMemcpy", 305}, {"cuMemcpyAsync", 306}, {"cuMemcpyAsync_ptsz", 418}, {"cuMemcpyHtoDAsync_v2_ptsz", 421},
+    {"cuMemcpyDtoDAsync_v2_ptsz", 423}, {"cuMemsetD8Async_ptsz", 428}, {"cuMemsetD32Async_ptsz", 430},
 };
 
 /* CUPTI_RUNTIME_TRACE_CBID_* of the stand-in runtime's calls. */

@@ -1318,20 +1318,28 @@ EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
     API_RETURN(CUDA_SUCCESS);
 }
 
-enum copy_dir { HTOD, DTOH, MEMSET };
+enum copy_dir { HTOD, DTOH, DTOD, MEMSET };
 
-/* A copy or memset as a GPU operation. h/ptsz: the stream argument and its variant; blocking:
- * the caller waits for the operation's end. The bytes move at call time. */
-static CUresult copy_op(struct call *C, enum copy_dir dir, void *host, CUdeviceptr dev, size_t n, unsigned char value,
-                        CUstream h, int ptsz, int blocking) {
+/* A copy or memset as a GPU operation. host: the host side (DTOD: the source device pointer);
+ * esz: a memset's element size (n counts elements); h/ptsz: the stream argument and its variant;
+ * blocking: the caller waits for the operation's end. The bytes move at call time.
+ * All host memory of the stand-in is pageable (it has no pinned allocator): as on the real
+ * driver, a device-to-host copy into pageable memory returns only once the copy, and everything
+ * queued before it on its stream, is done, async or not; a host-to-device one returns once the
+ * source is staged (at once here); device-side copies and sets never wait. */
+static CUresult copy_op(struct call *C, enum copy_dir dir, void *host, CUdeviceptr dev, size_t n, unsigned value,
+                        size_t esz, CUstream h, int ptsz, int blocking) {
     if (!dev || (dir != MEMSET && !host)) return CUDA_ERROR_INVALID_VALUE;
     if (!INITED()) return CUDA_ERROR_NOT_INITIALIZED;
+    size_t bytes = dir == MEMSET ? n * esz : n;
     LOCK();
     struct stream *s;
     CUresult rc = resolve_stream(h, ptsz, &s);
-    if (rc == CUDA_SUCCESS && !alloc_range_ok(dev, n)) rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS && !alloc_range_ok(dev, bytes)) rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS && dir == DTOD && !alloc_range_ok((CUdeviceptr)(uintptr_t)host, bytes))
+        rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS && s->capturing) rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if (rc != CUDA_SUCCESS || n == 0) {
+    if (rc != CUDA_SUCCESS || bytes == 0) {
         UNLOCK();
         return rc;
     }
@@ -1340,72 +1348,145 @@ static CUresult copy_op(struct call *C, enum copy_dir dir, void *host, CUdevicep
         memcpy(dp, host, n);
     else if (dir == DTOH)
         memcpy(host, dp, n);
+    else if (dir == DTOD)
+        memmove(dp, host, n);
+    else if (esz == 1)
+        memset(dp, (int)(value & 0xff), n);
     else
-        memset(dp, value, n);
+        for (size_t i = 0; i < n; i++) memcpy((char *)dp + i * esz, &value, esz); /* little endian */
     uint64_t now = now_ns(), start, end;
-    schedule(s, now, copy_duration(n), &start, &end);
+    schedule(s, now, copy_duration(bytes), &start, &end);
     struct pend *p = call_op(C, dir == MEMSET ? P_MEMSET : P_MEMCPY);
     if (p) {
         op_fill_stream(p, s);
         p->r.submit = now;
         p->r.start = start;
         p->r.end = end;
-        p->r.bytes = n;
-        p->r.copy_kind = dir == HTOD ? "HtoD" : dir == DTOH ? "DtoH" : NULL;
+        p->r.bytes = bytes;
+        p->r.copy_kind = dir == HTOD ? "HtoD" : dir == DTOH ? "DtoH" : dir == DTOD ? "DtoD" : NULL;
         p->r.value = value;
     }
     UNLOCK();
     call_flush_ops(C);
-    if (blocking) sleep_until(end);
+    if (blocking || dir == DTOH) sleep_until(end);
     return CUDA_SUCCESS;
+}
+
+/* cuMemcpy(Async): unified addressing, the direction from which side is a device allocation. */
+static CUresult copy_any(struct call *C, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h, int ptsz) {
+    LOCK();
+    int dd = alloc_index((uintptr_t)dst) >= 0, sd = alloc_index((uintptr_t)src) >= 0;
+    UNLOCK();
+    if (dd && sd) return copy_op(C, DTOD, (void *)(uintptr_t)src, dst, n, 0, 1, h, ptsz, 0);
+    if (dd) return copy_op(C, HTOD, (void *)(uintptr_t)src, dst, n, 0, 1, h, ptsz, 0);
+    if (sd) return copy_op(C, DTOH, (void *)(uintptr_t)dst, src, n, 0, 1, h, ptsz, 0);
+    return CUDA_ERROR_INVALID_VALUE; /* host to host: not a GPU operation */
 }
 
 EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) {
     API_BEGIN("cuMemcpyHtoD_v2", 0);
-    API_RETURN(copy_op(&C, HTOD, (void *)srcHost, dstDevice, ByteCount, 0, 0, 0, 0));
+    API_RETURN(copy_op(&C, HTOD, (void *)srcHost, dstDevice, ByteCount, 0, 1, 0, 0, 0));
 }
 
 EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
                                              CUstream hStream) {
     API_BEGIN("cuMemcpyHtoDAsync_v2", hStream);
-    API_RETURN(copy_op(&C, HTOD, (void *)srcHost, dstDevice, ByteCount, 0, hStream, 0, 0));
+    API_RETURN(copy_op(&C, HTOD, (void *)srcHost, dstDevice, ByteCount, 0, 1, hStream, 0, 0));
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+                                                  CUstream hStream) {
+    API_BEGIN("cuMemcpyHtoDAsync_v2_ptsz", hStream);
+    API_RETURN(copy_op(&C, HTOD, (void *)srcHost, dstDevice, ByteCount, 0, 1, hStream, 1, 0));
 }
 
 EXPORT CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
     API_BEGIN("cuMemcpyDtoH", 0);
-    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, 0, 0, 1));
+    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, 1, 0, 0, 1));
 }
 
 EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
     API_BEGIN("cuMemcpyDtoH_v2", 0);
-    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, 0, 0, 1));
+    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, 1, 0, 0, 1));
 }
 
 EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
     API_BEGIN("cuMemcpyDtoH_v2_ptds", 0);
-    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, 0, 1, 1));
+    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, 1, 0, 1, 1));
 }
 
 EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
     API_BEGIN("cuMemcpyDtoHAsync", hStream);
-    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, hStream, 0, 0));
+    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, 1, hStream, 0, 0));
 }
 
 EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
                                              CUstream hStream) {
     API_BEGIN("cuMemcpyDtoHAsync_v2", hStream);
-    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, hStream, 0, 0));
+    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, 1, hStream, 0, 0));
 }
 
 EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
                                                   CUstream hStream) {
     API_BEGIN("cuMemcpyDtoHAsync_v2_ptsz", hStream);
-    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, hStream, 1, 0));
+    API_RETURN(copy_op(&C, DTOH, dstHost, srcDevice, ByteCount, 0, 1, hStream, 1, 0));
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+    API_BEGIN("cuMemcpyDtoD_v2", 0);
+    API_RETURN(copy_op(&C, DTOD, (void *)(uintptr_t)srcDevice, dstDevice, ByteCount, 0, 1, 0, 0, 0));
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                                             CUstream hStream) {
+    API_BEGIN("cuMemcpyDtoDAsync_v2", hStream);
+    API_RETURN(copy_op(&C, DTOD, (void *)(uintptr_t)srcDevice, dstDevice, ByteCount, 0, 1, hStream, 0, 0));
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                                                  CUstream hStream) {
+    API_BEGIN("cuMemcpyDtoDAsync_v2_ptsz", hStream);
+    API_RETURN(copy_op(&C, DTOD, (void *)(uintptr_t)srcDevice, dstDevice, ByteCount, 0, 1, hStream, 1, 0));
+}
+
+EXPORT CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+    API_BEGIN("cuMemcpy", 0);
+    API_RETURN(copy_any(&C, dst, src, ByteCount, 0, 0));
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
+    API_BEGIN("cuMemcpyAsync", hStream);
+    API_RETURN(copy_any(&C, dst, src, ByteCount, hStream, 0));
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
+    API_BEGIN("cuMemcpyAsync_ptsz", hStream);
+    API_RETURN(copy_any(&C, dst, src, ByteCount, hStream, 1));
 }
 
 EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
     API_BEGIN("cuMemsetD8_v2", 0);
-    API_RETURN(copy_op(&C, MEMSET, NULL, dstDevice, N, uc, 0, 0, 0));
+    API_RETURN(copy_op(&C, MEMSET, NULL, dstDevice, N, uc, 1, 0, 0, 0));
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+    API_BEGIN("cuMemsetD8Async", hStream);
+    API_RETURN(copy_op(&C, MEMSET, NULL, dstDevice, N, uc, 1, hStream, 0, 0));
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+    API_BEGIN("cuMemsetD8Async_ptsz", hStream);
+    API_RETURN(copy_op(&C, MEMSET, NULL, dstDevice, N, uc, 1, hStream, 1, 0));
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+    API_BEGIN("cuMemsetD32Async", hStream);
+    API_RETURN(copy_op(&C, MEMSET, NULL, dstDevice, N, ui, 4, hStream, 0, 0));
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+    API_BEGIN("cuMemsetD32Async_ptsz", hStream);
+    API_RETURN(copy_op(&C, MEMSET, NULL, dstDevice, N, ui, 4, hStream, 1, 0));
 }
 
 /* ------------------------------------------------------------------------------------------ */

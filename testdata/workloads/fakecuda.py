@@ -212,9 +212,17 @@ class Cuda(object):
         self._cuStreamCreate = bind("cuStreamCreate", P(c_void_p), c_uint)
         self._cuMemAlloc_v2 = bind("cuMemAlloc_v2", P(c_ulonglong), c_size_t)
         self._cuMemcpyHtoD_v2 = bind("cuMemcpyHtoD_v2", c_ulonglong, c_void_p, c_size_t)
+        self._cuMemcpyHtoDAsync_v2 = bind(
+            "cuMemcpyHtoDAsync_v2", c_ulonglong, c_void_p, c_size_t, c_void_p)
         self._cuMemcpyDtoH_v2 = bind("cuMemcpyDtoH_v2", c_void_p, c_ulonglong, c_size_t)
         self._cuMemcpyDtoHAsync_v2 = bind(
             "cuMemcpyDtoHAsync_v2", c_void_p, c_ulonglong, c_size_t, c_void_p)
+        self._cuMemcpyAsync = bind("cuMemcpyAsync", c_ulonglong, c_ulonglong, c_size_t, c_void_p)
+        self._cuMemcpyHtoDAsync_v2 = bind(
+            "cuMemcpyHtoDAsync_v2", c_ulonglong, c_void_p, c_size_t, c_void_p)
+        self._cuMemcpyDtoDAsync_v2 = bind(
+            "cuMemcpyDtoDAsync_v2", c_ulonglong, c_ulonglong, c_size_t, c_void_p)
+        self._cuMemsetD32Async = bind("cuMemsetD32Async", c_ulonglong, c_uint, c_size_t, c_void_p)
         self._cuStreamSynchronize = bind("cuStreamSynchronize", c_void_p)
         self._cuEventCreate = bind("cuEventCreate", P(c_void_p), c_uint)
         self._cuEventRecord = bind("cuEventRecord", c_void_p, c_void_p)
@@ -337,33 +345,62 @@ class Cuda(object):
         self._check("cuMemAlloc_v2", self._cuMemAlloc_v2(byref(d), nbytes))
         return d.value
 
-    def htod(self, dptr, data):
-        """Synchronous host-to-device copy of `data` (bytes, bytearray or a ctypes object)."""
-        if self.wrap is None:
-            return self._htod(dptr, data)
-        return self.wrap(self._htod, dptr, data)
+    def htod(self, dptr, data, stream=None, sync=True):
+        """Host-to-device copy of `data` (bytes, bytearray or a ctypes object).
 
-    def _htod(self, dptr, data):
+        stream None: cuMemcpyHtoD_v2 (synchronous). Otherwise cuMemcpyHtoDAsync_v2 on `stream`,
+        followed by cuStreamSynchronize when sync (what torch does for a copy from pageable host
+        memory, e.g. torch.tensor(x, device="cuda")).
+        """
+        if self.wrap is None:
+            return self._htod(dptr, data, stream, sync)
+        return self.wrap(self._htod, dptr, data, stream, sync)
+
+    def _htod(self, dptr, data, stream=None, sync=True):
         if isinstance(data, (bytes, bytearray)):
             buf = ctypes.create_string_buffer(bytes(data), len(data))
             n = len(data)
         else:
             buf = data
             n = ctypes.sizeof(data)
-        self._check("cuMemcpyHtoD_v2", self._cuMemcpyHtoD_v2(dptr, byref(buf), n))
+        if stream is None:
+            self._check("cuMemcpyHtoD_v2", self._cuMemcpyHtoD_v2(dptr, byref(buf), n))
+            return
+        self._check("cuMemcpyHtoDAsync_v2", self._cuMemcpyHtoDAsync_v2(dptr, byref(buf), n, stream))
+        if sync:
+            self._check("cuStreamSynchronize", self._cuStreamSynchronize(stream))
 
-    def dtoh(self, dst, dptr, stream=None, sync=True):
+    def htod_async(self, dptr, data, stream):
+        """cuMemcpyHtoDAsync_v2 of `data` (a ctypes object) on `stream`: with pageable memory it
+        returns once the source is staged, without waiting for the GPU (torch's
+        .to('cuda', non_blocking=True) of a CPU tensor)."""
+        self._check("cuMemcpyHtoDAsync_v2",
+                    self._cuMemcpyHtoDAsync_v2(dptr, byref(data), ctypes.sizeof(data), stream))
+
+    def dtod_async(self, dst, src, nbytes, stream):
+        """cuMemcpyDtoDAsync_v2 on `stream` (torch's copy_ between device tensors, e.g. into a
+        CUDA graph's static input buffers): never blocks."""
+        self._check("cuMemcpyDtoDAsync_v2", self._cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream))
+
+    def memset_d32_async(self, dptr, value, count, stream):
+        """cuMemsetD32Async on `stream` (torch's fill_ / zero_ of a buffer): never blocks."""
+        self._check("cuMemsetD32Async", self._cuMemsetD32Async(dptr, value, count, stream))
+
+    def dtoh(self, dst, dptr, stream=None, sync=True, generic=False):
         """Device-to-host copy into `dst` (a ctypes object or a bytearray).
 
         stream None: cuMemcpyDtoH_v2 (synchronous, legacy stream: the CPU blocks until the copy,
         and everything queued before it there, is done). Otherwise cuMemcpyDtoHAsync_v2 on
         `stream`, followed by cuStreamSynchronize when sync (what torch's .tolist() does).
+        With generic, the async copy is cuMemcpyAsync (unified addressing: what torch's
+        cudaMemcpyAsync makes). Host memory here is pageable: the async copy itself returns only
+        once the copy is done, and the synchronisation after it finds the stream idle.
         """
         if self.wrap is None:
-            return self._dtoh(dst, dptr, stream, sync)
-        return self.wrap(self._dtoh, dst, dptr, stream, sync)
+            return self._dtoh(dst, dptr, stream, sync, generic)
+        return self.wrap(self._dtoh, dst, dptr, stream, sync, generic)
 
-    def _dtoh(self, dst, dptr, stream, sync):
+    def _dtoh(self, dst, dptr, stream, sync, generic=False):
         if isinstance(dst, bytearray):
             buf = (ctypes.c_char * len(dst)).from_buffer(dst)
         else:
@@ -372,7 +409,10 @@ class Cuda(object):
         if stream is None:
             self._check("cuMemcpyDtoH_v2", self._cuMemcpyDtoH_v2(byref(buf), dptr, n))
             return
-        self._check("cuMemcpyDtoHAsync_v2", self._cuMemcpyDtoHAsync_v2(byref(buf), dptr, n, stream))
+        if generic:
+            self._check("cuMemcpyAsync", self._cuMemcpyAsync(ctypes.addressof(buf), dptr, n, stream))
+        else:
+            self._check("cuMemcpyDtoHAsync_v2", self._cuMemcpyDtoHAsync_v2(byref(buf), dptr, n, stream))
         if sync:
             self._check("cuStreamSynchronize", self._cuStreamSynchronize(stream))
 

@@ -10,6 +10,8 @@ On the simulated GPU a graph replay costs the sum of its captured kernels plus t
 per-node gap.
 """
 
+import ctypes
+
 import fakecuda
 
 SMALL, ELEM, ATTN, GEMM = 0.25, 1.0, 2.0, 3.0
@@ -81,6 +83,7 @@ class SimGpu(object):
         # Graph capture redirects launches to the capture stream.
         self.cur_stream = stream
         self.side_stream = None  # --side-stream: a second stream (set by the workload)
+        self._scratch = None     # replay_prepare's static buffers
         self._side_event = None
 
     def launch(self, role, tokens=1):
@@ -106,11 +109,26 @@ class SimGpu(object):
     def sync(self):
         self.cuda.sync(self.cur_stream)
 
-    def blocking_dtoh(self, dst, dptr):
+    def blocking_dtoh(self, dst, dptr, generic=False):
         """Blocking device-to-host copy, like tensor.tolist(): cuMemcpyDtoH_v2 when this thread
-        computes on the legacy default stream, else an async copy on its stream followed by
+        computes on the legacy default stream, else an async copy on its stream
+        (cuMemcpyDtoHAsync_v2, or with generic cuMemcpyAsync as torch makes it) followed by
         cuStreamSynchronize."""
         if self.stream == fakecuda.LEGACY_STREAM:
             self.cuda.dtoh(dst, dptr)
         else:
-            self.cuda.dtoh(dst, dptr, stream=self.stream, sync=True)
+            self.cuda.dtoh(dst, dptr, stream=self.stream, sync=True, generic=generic)
+
+    def replay_prepare(self, num_tokens):
+        """What SGLang's graph runners do before a replay (replay_prepare): fill_ the static
+        buffers the graph reads and copy_ the batch's inputs into them, a memset and a
+        device-to-device copy on this thread's stream; plus a host-to-device copy of the
+        batch's host-side positions (non_blocking)."""
+        if self._scratch is None:
+            self._scratch = (self.cuda.alloc(4 * 64), self.cuda.alloc(4 * 64))
+            self._host_pos = (ctypes.c_int32 * 8)()
+        dst, src = self._scratch
+        n = max(1, min(64, num_tokens))
+        self.cuda.memset_d32_async(dst, 0, n, self.cur_stream)
+        self.cuda.dtod_async(dst, src, 4 * n, self.cur_stream)
+        self.cuda.htod_async(src, self._host_pos, self.cur_stream)

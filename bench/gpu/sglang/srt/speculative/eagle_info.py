@@ -4,6 +4,8 @@ matching prefix plus the target's bonus token, update the worker's state on the 
 the accepted tokens back to the host (.tolist(): a device-to-host copy and a blocking sync,
 like SGLang's accept_index/accept_length .tolist())."""
 
+import time
+
 import torch
 
 
@@ -31,6 +33,12 @@ class EagleVerifyInput:
         # Next cycle: last verified token = the bonus token, position advanced.
         worker.verified_id.copy_(predict.gather(0, accepted.view(1)))
         worker.positions.add_(accepted + 1)
-        host = torch.cat([accepted.view(1), predict]).tolist()    # blocking D2H copy
+        both = torch.cat([accepted.view(1), predict])
+        if worker.tolist_ns is None:
+            host = both.tolist()                                      # blocking D2H copy
+        else:  # --time-tolist: the blocking copy's wall time, the truth for specprof's sync wait
+            t0 = time.monotonic_ns()
+            host = both.tolist()
+            worker.tolist_ns.append(time.monotonic_ns() - t0)
         n = int(host[0])
         return EagleVerifyOutput(n + 1, host[1:n + 2])

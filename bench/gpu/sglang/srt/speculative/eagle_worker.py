@@ -48,6 +48,7 @@ class EAGLEWorker:
         self.draft_extend_graph_runner = None
         self.output_ids = []
         self.accept_lengths = []
+        self.tolist_ns = None  # spec_loop.py --time-tolist: a list of each accept's .tolist() time
 
     def init_cuda_graphs(self):
         self.draft_graph_runner = EAGLEDraftCudaGraphRunner(self)

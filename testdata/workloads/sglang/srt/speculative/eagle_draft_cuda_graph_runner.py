@@ -42,5 +42,6 @@ class EAGLEDraftCudaGraphRunner(object):
 
     def _replay(self, forward_batch):
         bs = forward_batch.batch_size
+        self.eagle_worker.gpu.replay_prepare(bs)  # the static inputs: a fill_ and a copy_
         self.graphs[bs].replay()
         return self.output_buffers[bs]

@@ -43,5 +43,6 @@ class EAGLEDraftExtendCudaGraphRunner(object):
     def replay(self, forward_batch):
         with tag("spec.draft_extend"):
             bs = forward_batch.batch_size
+            self.eagle_worker.gpu.replay_prepare(bs)  # the static inputs: a fill_ and a copy_
             self.graphs[bs].replay()
             return self.output_buffers[bs]

@@ -48,7 +48,7 @@ class EagleVerifyInput(object):
             bs = batch.batch_size()
             self.gpu.launch("verify_tree_greedy", bs)
             accept_length = (ctypes.c_int32 * bs)()
-            self.gpu.blocking_dtoh(accept_length, self.accept_src)  # accept_length.tolist()
+            self.gpu.blocking_dtoh(accept_length, self.accept_src, generic=True)  # .tolist()
             accept_length_per_req_cpu = list(accept_length)
             if self.expected is not None and accept_length_per_req_cpu != self.expected:
                 raise RuntimeError(
