@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""A vLLM engine core process (VLLM::EngineCore, one GPU: UniProcExecutor) with model runner V2
-(vllm/v1/worker/gpu/model_runner.py), EAGLE3 speculative decoding and async scheduling, on the
-stand-in GPU. See conformance.yaml for the upstream files it was written from and
-testdata/conformance/README.md for the contract.
+"""vLLM with model runner V2 (vllm/v1/worker/gpu/model_runner.py) and EAGLE3 speculative
+decoding on the stand-in GPU. See conformance.yaml for the upstream files it was written from
+and testdata/conformance/README.md for the contract.
 
-EngineCoreProc.run_busy_loop runs step_with_batch_queue: each engine step's execute_model and
-sample_tokens run on the main thread through the UniProcExecutor; sample_tokens returns an
-AsyncOutput whose get_output (the wait for the sampled tokens' host copy) runs on the
+--executor uni (one GPU): the engine core process (VLLM::EngineCore) runs the worker through the
+UniProcExecutor. EngineCoreProc.run_busy_loop runs step_with_batch_queue (async scheduling):
+each engine step's execute_model and sample_tokens run on the main thread; sample_tokens returns
+an AsyncOutput whose get_output (the wait for the sampled tokens' host copy) runs on the
 WorkerAsyncOutput thread while the main thread already runs the next step.
 
+--executor mp: one worker process of the multiproc executor (VLLM::Worker_TP0, give it with
+--proctitle): WorkerProc.worker_busy_loop runs the RPCs the engine core sends (execute_model,
+sample_tokens and, with --scheduling sync, take_draft_token_ids); the AsyncOutput is waited for
+on the main thread (sync) or on the WorkerAsyncOutputCopy thread (async).
+
     python3 workload.py --cycles 16 --mode graph
+    python3 workload.py --cycles 16 --executor mp --scheduling sync --proctitle VLLM::Worker_TP0
 
 stdout: one summary JSON line.
 """
@@ -35,7 +41,7 @@ PREFILL_TOKENS = 8
 class VllmConfig(object):
     def __init__(self, a):
         self.mode = a.mode
-        self.async_scheduling = True
+        self.async_scheduling = a.scheduling == "async"
         self.num_speculative_tokens = a.num_speculative_tokens
         self.num_layers = a.layers
         k = a.num_speculative_tokens
@@ -49,12 +55,19 @@ def parse_args(argv=None):
     p.add_argument("--cycles", type=int, default=16, help="engine steps")
     p.add_argument("--mode", choices=("graph", "eager"), default="graph",
                    help="graph: CUDA graphs (FULL_AND_PIECEWISE); eager: enforce_eager")
+    p.add_argument("--executor", choices=("uni", "mp"), default="uni",
+                   help="uni: UniProcExecutor in the engine core; mp: a multiproc worker")
+    p.add_argument("--scheduling", choices=("sync", "async"), default="async",
+                   help="sync: --no-async-scheduling (only with --executor mp here)")
     p.add_argument("--layers", type=int, default=2, help="target model layers")
     p.add_argument("--num-speculative-tokens", type=int, default=3)
     p.add_argument("--proctitle", default="VLLM::EngineCore")
     a = p.parse_args(argv)
     if a.cycles < 1 or a.layers < 1 or a.num_speculative_tokens < 1:
         p.error("--cycles, --layers and --num-speculative-tokens must be >= 1")
+    if a.executor == "uni" and a.scheduling == "sync":
+        p.error("--scheduling sync needs --executor mp (the UniProcExecutor's synchronous path "
+                "with model runner V2 is not part of this workload)")
     return a
 
 
@@ -75,13 +88,30 @@ def set_proctitle(title):
 def main(argv=None):
     a = parse_args(argv)
     set_proctitle(a.proctitle)
-    from vllm.v1.engine.core import EngineCoreProc
     with fakecuda.tag("other"):
         simgpu.GPU = simgpu.Gpu()
-        engine = EngineCoreProc.run_engine_core(VllmConfig(a), a.cycles, PREFILL_TOKENS)
+        config = VllmConfig(a)
+        if a.executor == "uni":
+            from vllm.v1.engine.core import EngineCoreProc
+            engine = EngineCoreProc.run_engine_core(config, a.cycles, PREFILL_TOKENS)
+            outputs = engine.scheduler.finished
+        else:
+            from vllm.v1.core.sched.scheduler import Scheduler
+            from vllm.v1.executor.multiproc_executor import WorkerProc
+            scheduler = Scheduler(a.cycles, a.num_speculative_tokens, PREFILL_TOKENS)
+            rpcs = []
+            for _ in range(a.cycles):
+                rpcs.append(("execute_model", (scheduler.schedule(),), {}, 0))
+                rpcs.append(("sample_tokens", (None,), {}, 0))
+                if not config.async_scheduling:
+                    rpcs.append(("take_draft_token_ids", (), {}, 0))
+            worker = WorkerProc.worker_main(config, rpcs)
+            outputs = sum(1 for r in worker.worker_response_mq.responses if r[1] is not None)
     summary = {
         "cycles": simgpu.TRUTH.cycle,
-        "outputs": engine.scheduler.finished,
+        "outputs": outputs,
+        "executor": a.executor,
+        "scheduling": a.scheduling,
         "mode": a.mode,
         "pid": os.getpid(),
         "tid": threading.get_native_id(),

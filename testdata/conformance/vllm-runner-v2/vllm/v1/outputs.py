@@ -10,3 +10,10 @@ class ModelRunnerOutput(object):
 class AsyncModelRunnerOutput(object):
     def get_output(self):
         raise NotImplementedError
+
+
+class DraftTokenIds(object):
+    def __init__(self, req_ids, draft_token_ids, num_valid_draft_tokens=None):
+        self.req_ids = req_ids
+        self.draft_token_ids = draft_token_ids
+        self.num_valid_draft_tokens = num_valid_draft_tokens

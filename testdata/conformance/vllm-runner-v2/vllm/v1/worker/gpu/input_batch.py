@@ -16,6 +16,7 @@ class InputBatch(object):
         self.idx_mapping = "idx_mapping"
         self.logits_indices = "logits_indices"
         self.query_start_loc = "query_start_loc"
+        self.has_structured_output_reqs = False
 
 
 def prepare_prefill_inputs(num_tokens):

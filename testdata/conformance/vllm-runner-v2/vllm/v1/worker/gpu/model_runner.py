@@ -25,6 +25,7 @@ from vllm.v1.worker.gpu.model_states import init_model_state
 from vllm.v1.worker.gpu.sample.sampler import Sampler
 from vllm.v1.worker.gpu.spec_decode import init_speculator
 from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
+from vllm.v1.worker.gpu.spec_decode.utils import DraftTokensHandler
 
 
 class ExecuteModelState(object):
@@ -52,6 +53,8 @@ class GPUModelRunner(object):
         self.num_speculative_steps = vllm_config.num_speculative_tokens
         self.speculator = init_speculator(vllm_config, device)
         self.use_aux_hidden_state_outputs = True  # eagle3
+        # Draft tokens propagation - for spec-dec + struct outputs.
+        self.draft_tokens_handler = DraftTokensHandler(device)
         self.block_tables = BlockTables()
         self.execute_model_state = None
         self.sampler = None
@@ -216,7 +219,11 @@ class GPUModelRunner(object):
                     "last_sampled_tokens", "next_prefill_tokens", "temperature", "seeds")
             with at("step_other"):
                 simgpu.GPU.launch("index_put")  # req_states.draft_tokens[idx_mapping] = ...
+        if self.num_speculative_steps > 0:
+            with at("step_other"):
+                simgpu.GPU.launch("index_select")  # req_states.draft_tokens[idx_mapping]
+            self.draft_tokens_handler.set_draft_tokens(input_batch, self.num_speculative_steps)
         return async_output
 
     def take_draft_token_ids(self):
-        return None
+        return self.draft_tokens_handler.get_draft_tokens()
