@@ -85,6 +85,11 @@ type Options struct {
 	// when one connects while they are out. 0: no GPU records with probe
 	// windows.
 	ProbeGPUWindows int
+	// CallTree records the Python stacks of unattributed launches into
+	// call trees (CallTree), taking the stack of every call in recording
+	// windows while at least half of a process's launches are
+	// unattributed (calltree.go).
+	CallTree bool
 	// GateHold keeps every process the library-open gate stopped this much
 	// longer before resuming it: a slow agent on purpose, for the
 	// fault-injection tests of the gate watchdog. 0 in normal use.
@@ -611,6 +616,7 @@ func (a *Agent) onProc(e *bpf.ProcEvent) {
 		p.closeCycles(a)
 		p.rt, p.sym, p.matcher = nil, nil, nil
 		p.classes = map[uint64]phase.Class{}
+		p.forgetPublished()
 		p.libs = map[string]bool{}
 		p.wanted = nil
 		p.rep.Libraries = nil

@@ -157,6 +157,7 @@ func (a *Agent) closeTrace(p *process, t *thread, cc *closedCycle) {
 // onGPUJoin receives every GPU record joined to a live key: collective
 // kernels always (for the collectives' GPU side), everything with Detail.
 func (a *Agent) onGPUJoin(k correlate.Key, r *correlate.GPURecord) {
+	a.attributeGPU(k, r)
 	if k.Cycle <= 0 {
 		return
 	}

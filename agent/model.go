@@ -133,7 +133,7 @@ type ThreadReport struct {
 	Phases   []*PhaseStats `json:"phases"`  // inside cycles
 	Outside  []*PhaseStats `json:"outside"` // calls made outside any cycle
 	Calls    int64         `json:"calls"`
-	Resolved int64         `json:"resolved_in_user_space"` // events whose phase user space resolved (warm-up)
+	Resolved int64         `json:"resolved_in_user_space"` // events whose phase user space resolved (warm-up, call-tree windows)
 	// Untraced counts cycles outside the GPU tracing windows (duty-cycled
 	// tracing): they have CPU figures only.
 	Untraced int `json:"cycles_outside_gpu_windows,omitempty"`
@@ -177,6 +177,14 @@ type ProcessReport struct {
 	GPU       *GPUStats       `json:"gpu,omitempty"` // from the injected CUPTI library
 	// Duty describes duty-cycled GPU tracing, when it was on.
 	Duty *DutyStats `json:"gpu_duty,omitempty"`
+	// Version compares the server version installed for this process
+	// with the versions the preset was checked against, when the preset
+	// names them (checked_against) and the process ran Python code.
+	Version *VersionCheck `json:"server_version,omitempty"`
+	// Attribution says how many of the process's launches, and how much
+	// of their GPU kernel time, the phase rules left in phase "other" or
+	// outside every cycle, and from which Python frames.
+	Attribution *Attribution `json:"attribution,omitempty"`
 }
 
 // Loss counts everything that was dropped or could not be attributed.

@@ -33,6 +33,9 @@ type process struct {
 	exited   bool
 	probs    map[string]bool
 	smp      *procSamples // CPU sampler state (sampler.go)
+	dist     *distState   // the server's installed version (distinfo.go)
+	attr     *attrState   // launches the rules did not attribute (attribution.go)
+	tree     *procTree    // the call tree of those launches (calltree.go)
 
 	// Cycle timelines (cycletrace.go).
 	frames      map[siteKey]Frame
@@ -205,6 +208,7 @@ func (a *Agent) resolve(p *process, e *bpf.APIEvent) (uint16, uint64) {
 		a.rep.Loss.Stale++
 		a.pr.ForgetCode(p.pid)
 		p.classes = map[uint64]phase.Class{}
+		p.forgetPublished()
 		return 0, 0
 	}
 	if py.Flags&bpf.PyUnknown == 0 || p.sym == nil {
@@ -270,6 +274,7 @@ func (a *Agent) classify(p *process, code uint64) phase.Class {
 		a.log.Debug("symbolize code object", "pid", p.pid, "addr", fmt.Sprintf("%#x", code), "err", err)
 		return phase.Class{}
 	}
+	a.noteModuleFile(p, c.Filename)
 	cls := p.matcher.Classify(phase.Frame{Qualname: c.Qualname, Name: c.Name, Filename: c.Filename, FirstLine: c.FirstLine})
 	p.classes[code] = cls
 	bc := bpf.CodeClass{Phase: cls.Phase, AltPhase: cls.AltPhase, Marker: cls.Marker, Cycle: cls.Cycle}
@@ -279,7 +284,7 @@ func (a *Agent) classify(p *process, code uint64) phase.Class {
 			bc.Qualname = binary.LittleEndian.Uint64(b[:])
 		}
 	}
-	if err := a.pr.SetCodeClass(p.pid, code, bc); err != nil {
+	if err := a.publish(p, code, bc); err != nil {
 		p.problem(err.Error())
 	}
 	return cls
@@ -383,6 +388,9 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	// Before the join: a launch whose API record came first is matched
 	// (correlate.Options.OnMatch) inside joinLaunch.
 	a.noteCaptureChain(p, t, e)
+	if e.Type == bpf.EvLaunch {
+		a.noteLaunch(p, t, e, ph) // before the join, which may hand out its GPU records at once
+	}
 	a.joinLaunch(p, t, e, ph)
 	if e.Type == bpf.EvColl && e.API.IsCollective() {
 		p.collectives = true
@@ -907,6 +915,8 @@ func (p *process) report(a *Agent) *ProcessReport {
 	r := *p.rep
 	r.Threads = nil
 	r.GPU = a.gpu.snapshot(p.pid)
+	r.Version = a.versionCheck(p)
+	r.Attribution = p.attr.report(a.gpu.connected(p.pid))
 	if msg := r.GPU.libProblem(); msg != "" {
 		r.Problems = append(slices.Clip(r.Problems), msg)
 	}

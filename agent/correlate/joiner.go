@@ -19,6 +19,7 @@ type corrState struct {
 	head, tail int32 // buffered records (csWaiting, csPending): a list in proc.buf
 	nrec       int32
 	start, end uint64 // the API record's window
+	launch     uint64 // the ktime of the launch that named its key (joined)
 	key        int32
 	keyGen     uint32
 	corr       uint32
@@ -197,7 +198,7 @@ func (j *Joiner[K]) Launch(pid, tid int, ktime uint64, key K) {
 				p.pendA--
 				j.st.MatchedAPIs++
 				if ci, ok := p.corrs[e.corr]; ok && p.cs[ci].state == csPending {
-					p.attribute(ci, ki, kg)
+					p.attribute(ci, ki, kg, ktime)
 				}
 			}
 			p.caps(th)
@@ -240,6 +241,7 @@ func (j *Joiner[K]) API(r *APIRecord) {
 	// launch's key on this record's GPU work.
 	var ki int32 = -1
 	var kg uint32
+	var lt uint64 // the launch that names the key
 	if th.lh < len(th.ls) {
 		from := th.lowerLaunch(satSub(r.Start, j.slack))
 		if in := th.lowerLaunch(r.Start); in > from && th.liveIn(in, end) {
@@ -265,7 +267,7 @@ func (j *Joiner[K]) API(r *APIRecord) {
 				continue
 			}
 			if ki < 0 {
-				ki, kg = e.key, e.gen
+				ki, kg, lt = e.key, e.gen, e.t
 			} else {
 				j.st.SharedAPI++
 			}
@@ -279,7 +281,7 @@ func (j *Joiner[K]) API(r *APIRecord) {
 			// call returned.
 			if i := th.lowerLaunch(satSub(r.Start, j.slack)) - 1; i >= th.lh {
 				if e := &th.ls[i]; e.key >= 0 && e.t > th.prevEnd && !j.untraced(r.PID, e.t) {
-					ki, kg = e.key, e.gen
+					ki, kg, lt = e.key, e.gen, e.t
 					j.st.PreemptedLaunches++
 					p.matchLaunch(e.key, e.gen)
 					e.key = -1
@@ -298,7 +300,7 @@ func (j *Joiner[K]) API(r *APIRecord) {
 	case ki >= 0:
 		p.entL -= th.trimLaunches()
 		j.st.MatchedAPIs++
-		p.attribute(ci, ki, kg)
+		p.attribute(ci, ki, kg, lt)
 		if open {
 			th.insertAPI(apiEnt{start: r.Start, end: end, corr: r.Corr, state: apiMatched})
 			th.touched = true
@@ -610,9 +612,11 @@ func (p *proc[K]) freeCorr(ci int32) {
 	p.csFree = append(p.csFree, ci)
 }
 
-// attribute joins corr ci to key (ki, kg) and delivers what it buffered.
-func (p *proc[K]) attribute(ci, ki int32, kg uint32) {
+// attribute joins corr ci to key (ki, kg), named by the launch at ktime
+// launch, and delivers what it buffered.
+func (p *proc[K]) attribute(ci, ki int32, kg uint32, launch uint64) {
 	c := &p.cs[ci]
+	c.launch = launch
 	if k := &p.ks[ki]; k.gen == kg && k.state != ksFree {
 		c.state, c.key, c.keyGen = csJoined, ki, kg
 		k.corrs = append(k.corrs, c.corr)
@@ -647,6 +651,7 @@ func (p *proc[K]) deliver(c *corrState, r *GPURecord) {
 		k := &p.ks[c.key]
 		if k.gen == c.keyGen && k.state == ksOpen {
 			r.APIStart = c.start // before Add: active time wants it
+			r.Launch = c.launch
 			k.agg.Add(r)
 			k.lastGPU = max(k.lastGPU, r.End)
 			j.st.Joined++

@@ -752,3 +752,35 @@ func TestStraddledLaunches(t *testing.T) {
 	}
 	checkIdentities(t, s)
 }
+
+// TestJoinedLaunchTime: every joined record carries the ktime of the launch
+// that named its key, whichever came first, the launch or its API record
+// (and with InOrder, a launch preempted before CUPTI stamped its call).
+func TestJoinedLaunchTime(t *testing.T) {
+	r := newRec()
+	j := newJoiner(t, r, Options[Key]{InOrder: true})
+	j.Launch(1, 11, 100, k1)
+	j.API(api(1, 11, 7, 90, 110)) // API after its launch
+	j.API(api(1, 11, 8, 195, 205))
+	j.Launch(1, 11, 200, k2) // launch after its API record
+	j.Launch(1, 11, 250, k2)
+	j.API(api(1, 11, 9, 400, 410)) // preempted: the launch is long before the record
+	for _, k := range []*GPURecord{kern(1, 7, 120, 130, 1), kern(1, 8, 210, 250, 1), kern(1, 8, 250, 255, 1), kern(1, 9, 420, 430, 1)} {
+		j.GPU(k)
+	}
+	j.AdvanceCPU(1, 1000)
+	j.AdvanceGPU(1, 1300)
+	want := map[uint32]uint64{7: 100, 8: 200, 9: 250}
+	n := 0
+	for _, rs := range r.joined {
+		for _, g := range rs {
+			n++
+			if g.Launch != want[g.Corr] {
+				t.Errorf("corr %d: launch %d, want %d", g.Corr, g.Launch, want[g.Corr])
+			}
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d records joined, want 4", n)
+	}
+}

@@ -54,6 +54,10 @@ type GPURecord struct {
 	// APIStart is set by the Joiner on the records it joins (aggregated and
 	// handed to OnJoin): the start of the API record (the launching call).
 	APIStart uint64
+	// Launch is set by the Joiner on the records it joins, like APIStart:
+	// the ktime of the launch (Joiner.Launch) whose key they joined, which
+	// tells the launch apart from the thread's others (its Python site).
+	Launch uint64
 	// PrevEnd is the latest end of the work that ran before this record on
 	// its stream (StreamOrder.Annotate; 0 when unknown). A record launched
 	// before PrevEnd waited in the stream's queue: the gap from PrevEnd to

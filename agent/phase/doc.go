@@ -39,6 +39,9 @@
 //
 //	name: my-rules                  # default: the file's base name
 //	description: one line
+//	checked_against:                # optional; inherited when extending
+//	  distribution: sglang          # the installed distribution (its *.dist-info)
+//	  versions: ['0.4..0.5', '0.5.6']   # releases and inclusive ranges (CheckedAgainst)
 //	extends: sglang-eagle           # optional: these rules go in front of the preset's
 //	process:                        # optional; inherited when extending
 //	  cmdline: '^sglang::scheduler' # regex on the command line

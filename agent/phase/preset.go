@@ -112,6 +112,11 @@ type Preset struct {
 	Name string `yaml:"name,omitempty"`
 	// Description says what the preset covers, in one line.
 	Description string `yaml:"description,omitempty"`
+	// CheckedAgainst names the server distribution and the versions of it
+	// the rules were checked against; nil when the file does not say. A
+	// rules file that extends a preset inherits the preset's unless it
+	// gives its own.
+	CheckedAgainst *CheckedAgainst `yaml:"checked_against,omitempty"`
 	// Extends names the preset a rules file builds on; its rules go in
 	// front of the preset's. Informational once loaded.
 	Extends string `yaml:"extends,omitempty"`
@@ -519,6 +524,10 @@ func merge(base, u *Preset) *Preset {
 	if p.Description == "" {
 		p.Description = base.Description
 	}
+	p.CheckedAgainst = base.CheckedAgainst
+	if u.CheckedAgainst != nil {
+		p.CheckedAgainst = u.CheckedAgainst
+	}
 	if u.Process != nil {
 		p.Process = u.Process
 	}
@@ -667,6 +676,11 @@ func (p *Preset) validate() error {
 	}
 	if p.Process != nil {
 		if err := rs.check(src+": process", "cmdline", p.Process.Cmdline); err != nil {
+			return err
+		}
+	}
+	if p.CheckedAgainst != nil {
+		if err := p.CheckedAgainst.validate(src); err != nil {
 			return err
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/agent/calltree"
 	"github.com/specprof/specprof/agent/gpuinfo"
 	"github.com/specprof/specprof/agent/phase"
 	"github.com/specprof/specprof/agent/specmetrics"
@@ -56,6 +57,7 @@ type sessionFlags struct {
 	graphs   string
 	probes   string // --probe-duty
 	wide     bool
+	calltree bool
 }
 
 func (f *sessionFlags) register(c *cobra.Command) {
@@ -82,6 +84,7 @@ func (f *sessionFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.graphs, "cupti-graphs", "node", "how CUDA graph replays are recorded: 'node' (every kernel of a replay) or 'graph' (one record per replay, cheaper for graphs of many kernels)")
 	fl.IntVar(&f.ranks, "collective-ranks", 0, "ranks per NCCL communicator, for bus bandwidth (default: the number of traced processes making collectives)")
 	fl.IntVar(&f.cpuHz, "cpu-hz", bpf.DefaultSampleHz, "sample the CPU of the target's threads this many times per second, with their Python stacks (0: off)")
+	fl.BoolVar(&f.calltree, "calltree", true, "record the Python stacks of launches the rules leave unattributed into "+calltree.FileName+", for `specprof rules suggest`")
 	fl.StringVar(&f.spec, "spec-metrics", "log", "accept length and tok/s: 'log' (the target's Decode batch / SpecDecoding log lines, run only), a Prometheus URL (http://host:port/metrics), or 'off'")
 }
 
@@ -232,7 +235,7 @@ func newSession(f *sessionFlags, out io.Writer) (_ *session, err error) {
 	if f.ranks < 0 {
 		return nil, fmt.Errorf("--collective-ranks %d: must be 0 (count the traced processes) or more", f.ranks)
 	}
-	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log, CollectiveRanks: f.ranks,
+	opts := agent.Options{Preset: preset, Interval: f.interval, Logger: log, CollectiveRanks: f.ranks, CallTree: f.calltree,
 		ProbeOn: probeOn, ProbePeriod: probePeriod, GateHold: s.dev.gateHold}
 	if probePeriod != 0 && f.duty != "" {
 		opts.ProbeGPUWindows = f.windows
@@ -486,6 +489,13 @@ func (s *session) finish() error {
 	if repErr == nil {
 		fmt.Fprintf(s.out, "report: %s\n", path)
 	}
+	if s.flags.calltree {
+		if path, err := s.writeCallTree(); err != nil {
+			fmt.Fprintf(s.out, "specprof: %v\n", err)
+		} else if path != "" {
+			fmt.Fprintf(s.out, "call tree of unattributed launches: %s\n", path)
+		}
+	}
 	for _, d := range done {
 		for _, f := range d.files {
 			fmt.Fprintf(s.out, "wrote: %s\n", f)
@@ -508,6 +518,27 @@ func (s *session) writeReportJSON(r *agent.Report) (string, error) {
 		return "", err
 	}
 	if err := summary.WriteJSON(f, r); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("close %s: %w", f.Name(), err)
+	}
+	return f.Name(), nil
+}
+
+// writeCallTree writes the call tree of unattributed launches to
+// calltree.json in the output directory, when any was recorded.
+func (s *session) writeCallTree() (string, error) {
+	ct := s.ag.CallTree()
+	if len(ct.Processes) == 0 {
+		return "", nil
+	}
+	f, err := s.dir.create(calltree.FileName)
+	if err != nil {
+		return "", err
+	}
+	if err := calltree.Write(f, ct); err != nil {
 		f.Close()
 		return "", fmt.Errorf("write %s: %w", f.Name(), err)
 	}

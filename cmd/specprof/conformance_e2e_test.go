@@ -159,21 +159,34 @@ func TestConformance(t *testing.T) {
 		dir := filepath.Dir(cpath)
 		id := filepath.Base(dir)
 		c := loadConformance(t, cpath)
-		for _, py := range testenv.Interpreters(t) {
+		pys := testenv.Interpreters(t)
+		for _, py := range pys {
 			for _, v := range c.Variants {
 				t.Run(id+"/"+v.Name+"/"+py.Name, func(t *testing.T) {
-					runConformance(t, bin, std, dir, c, py.Path, v.Args)
+					runConformance(t, bin, std, dir, c, py.Path, v.Args, false)
 				})
 			}
+		}
+		// In a PID namespace of its own, as in a container: the same
+		// attribution, with the host's thread ids.
+		for _, v := range c.Variants {
+			py := pys[len(pys)/2]
+			t.Run(id+"/"+v.Name+"/pidns-"+py.Name, func(t *testing.T) {
+				requireUnshare(t)
+				runConformance(t, bin, std, dir, c, py.Path, v.Args, true)
+			})
 		}
 	}
 }
 
-func runConformance(t *testing.T, bin, std, wdir string, c conformance, python string, vargs []string) {
+func runConformance(t *testing.T, bin, std, wdir string, c conformance, python string, vargs []string, pidns bool) {
 	out := t.TempDir()
 	args := []string{"run", "-q", "--interval", "0", "-o", out, "--cupti", "off", "--preset", c.Preset,
-		"--events", filepath.Join(out, "events.jsonl"), "--",
-		python, filepath.Join(wdir, "workload.py"), "--cycles", strconv.Itoa(c.Cycles)}
+		"--events", filepath.Join(out, "events.jsonl"), "--"}
+	if pidns {
+		args = append(args, "unshare", "-p", "-f", "--mount-proc")
+	}
+	args = append(args, python, filepath.Join(wdir, "workload.py"), "--cycles", strconv.Itoa(c.Cycles))
 	if c.Proctitle != "" {
 		args = append(args, "--proctitle", c.Proctitle)
 	}
@@ -188,6 +201,45 @@ func runConformance(t *testing.T, bin, std, wdir string, c conformance, python s
 	recs, err := testenv.ReadTruth(truthPath)
 	if err != nil {
 		t.Fatal(err)
+	}
+	rep := readReport(t, out)
+	// The processes that made calls: under unshare, unshare itself is
+	// traced too, and makes none.
+	procs := rep.Processes[:0:0]
+	for _, p := range rep.Processes {
+		calls := int64(0)
+		for _, th := range p.Threads {
+			calls += th.Calls
+		}
+		if calls > 0 {
+			procs = append(procs, p)
+		}
+	}
+	if pidns {
+		// The workload recorded its namespace's ids: the report maps them.
+		hostTID := map[int]int{}
+		for _, p := range procs {
+			if p.NSPID == 0 {
+				t.Errorf("pid %d: no pid_in_namespace, though it ran in a PID namespace of its own", p.PID)
+			}
+			for _, th := range p.Threads {
+				hostTID[th.NSTID] = th.TID
+			}
+		}
+		for i := range recs {
+			r := &recs[i]
+			if h, ok := hostTID[int(r.Tid)]; ok {
+				r.Tid = uint32(h)
+			}
+			if ph, ref, found := strings.Cut(r.Tag, "@"); found {
+				if a, b, two := strings.Cut(ref, ":"); two {
+					n, _ := strconv.Atoi(a)
+					if h, ok := hostTID[n]; ok {
+						r.Tag = fmt.Sprintf("%s@%d:%s", ph, h, b)
+					}
+				}
+			}
+		}
 	}
 	truth := map[int][]labelled{}
 	truthExits := map[int][]labelled{}
@@ -229,12 +281,11 @@ func runConformance(t *testing.T, bin, std, wdir string, c conformance, python s
 		t.Fatal("the workload made no hooked call")
 	}
 
-	rep := readReport(t, out)
-	if len(rep.Processes) != 1 {
-		t.Fatalf("%d processes in the report, want the workload's 1", len(rep.Processes))
+	if len(procs) != 1 {
+		t.Fatalf("%d processes made calls, want the workload's 1", len(procs))
 	}
 	got := map[int]int{}
-	for _, th := range rep.Processes[0].Threads {
+	for _, th := range procs[0].Threads {
 		got[th.TID] = th.Cycles
 		if th.LossCut+th.LostWhole+th.ProbeCut != 0 {
 			t.Errorf("tid %d: cycles left out: %d lost records, %d lost whole, %d cut", th.TID, th.LossCut, th.LostWhole, th.ProbeCut)
@@ -253,7 +304,7 @@ func runConformance(t *testing.T, bin, std, wdir string, c conformance, python s
 	if l := rep.Loss; l.RingBuf+l.NoThreadState+l.ReadErrors+l.Truncated+l.SymbolErrors+l.LateWaitsTooLate != 0 {
 		t.Errorf("losses: %+v", l)
 	}
-	t.Logf("%d calls and returns compared, %d cycles", n, len(cycles[rep.Processes[0].PID]))
+	t.Logf("%d calls and returns compared, %d cycles", n, len(cycles[procs[0].PID]))
 }
 
 // compareLabelled requires every thread's labelled calls in order.

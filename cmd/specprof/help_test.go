@@ -23,7 +23,7 @@ var sentenceBreak = regexp.MustCompile(`[.;!?] +[A-Za-z]|[.;!?]$`)
 // TestFlagHelpIsOneSentence checks every flag of every subcommand: its help is
 // one short sentence, with no benchmark figures.
 func TestFlagHelpIsOneSentence(t *testing.T) {
-	for _, c := range []*cobra.Command{newRunCmd(), newAttachCmd(), newPresetsCmd(), newDiffCmd()} {
+	for _, c := range []*cobra.Command{newRunCmd(), newAttachCmd(), newPresetsCmd(), newDiffCmd(), newRulesSuggestCmd()} {
 		c.Flags().VisitAll(func(f *pflag.Flag) {
 			u := f.Usage
 			one := strings.NewReplacer("e.g.", "eg", "i.e.", "ie").Replace(u)
@@ -43,7 +43,7 @@ func TestFlagHelpIsOneSentence(t *testing.T) {
 
 // TestCommandHelpIsShort checks the subcommands' one-line descriptions.
 func TestCommandHelpIsShort(t *testing.T) {
-	for _, c := range []*cobra.Command{newRunCmd(), newAttachCmd(), newPresetsCmd(), newDiffCmd()} {
+	for _, c := range []*cobra.Command{newRunCmd(), newAttachCmd(), newPresetsCmd(), newDiffCmd(), newRulesSuggestCmd()} {
 		if c.Short == "" || len(c.Short) > 100 || notInHelp.MatchString(c.Short) {
 			t.Errorf("%s: Short must be one line of at most 100 bytes without benchmark figures: %q", c.Name(), c.Short)
 		}

@@ -29,7 +29,7 @@ func main() {
 		SilenceErrors: true,
 		Version:       version(),
 	}
-	root.AddCommand(newRunCmd(), newAttachCmd(), newPresetsCmd(), newDiffCmd())
+	root.AddCommand(newRunCmd(), newAttachCmd(), newPresetsCmd(), newDiffCmd(), newRulesCmd())
 	if err := root.Execute(); err != nil {
 		var ee exitError
 		if asExit(err, &ee) {

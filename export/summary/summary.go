@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/specprof/specprof/agent"
+	"github.com/specprof/specprof/agent/calltree"
 )
 
 // Process names a process in table titles.
@@ -246,6 +247,8 @@ func WriteReport(out io.Writer, r *agent.Report, lay Layout) error {
 				fmt.Fprintln(w)
 			}
 		}
+		writeVersion(w, p.Version)
+		writeAttribution(w, p.Attribution)
 	}
 	l := r.Loss
 	if l.LaunchesWithoutAPI+l.GPUUnhooked+l.GPUWithoutAPI+l.GPULate+l.GPUDuplicates+l.GPUPending+l.GPUStreamInversions+l.APIDuplicates > 0 {
@@ -370,4 +373,80 @@ func windowVsCycle(d *agent.DutyStats, threads []*agent.ThreadReport) (win, cyc 
 		return 0, 0
 	}
 	return float64(d.WindowNs) / float64(d.Windows), float64(busiest.CycleNs) / float64(busiest.Cycles)
+}
+
+// TerminalTopFrames is how many of the top unattributed frames the
+// terminal lists (report.json has agent.MaxTopFrames).
+const TerminalTopFrames = 5
+
+// UnattributedHint is the share of unattributed launches or GPU time from
+// which the report points at `specprof rules suggest`.
+const UnattributedHint = 0.10
+
+func pct(part, whole int64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return 100 * float64(part) / float64(whole)
+}
+
+// writeVersion says when the installed server version is not one the
+// preset was checked against, or could not be found.
+func writeVersion(w io.Writer, v *agent.VersionCheck) {
+	if v == nil {
+		return
+	}
+	switch v.Status {
+	case agent.VersionChecked:
+		fmt.Fprintf(w, "  server: %s %s, among the versions the rules were checked against (%s)\n", v.Distribution, v.Installed, strings.Join(v.Checked, ", "))
+	case agent.VersionOutside:
+		fmt.Fprintf(w, "  server version: %s\n", v.Problem)
+	default:
+		fmt.Fprintf(w, "  server version: %s (the rules were checked against %s %s)\n", v.Problem, v.Distribution, strings.Join(v.Checked, ", "))
+	}
+}
+
+// writeAttribution prints the share of launches and GPU time the rules did
+// not attribute, and the innermost frames that made the most of it.
+func writeAttribution(w io.Writer, a *agent.Attribution) {
+	if a == nil || a.Launches == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  unattributed: %.1f %% of %d launches (phase other %.1f %%, outside cycles %.1f %%)",
+		pct(a.UnattributedLaunches, a.Launches), a.Launches, pct(a.OtherLaunches, a.Launches), pct(a.OutsideLaunches, a.Launches))
+	if a.GPU {
+		fmt.Fprintf(w, "; %.1f %% of %s ms GPU kernel time (phase other %.1f %%, outside cycles %.1f %%)",
+			pct(a.UnattributedGPUNs, a.GPUNs), ms(float64(a.GPUNs)), pct(a.OtherGPUNs, a.GPUNs), pct(a.OutsideGPUNs, a.GPUNs))
+	}
+	fmt.Fprintln(w)
+	if a.UnattributedLaunches == 0 {
+		return
+	}
+	list := func(title string, fs []*agent.FrameStats, val func(*agent.FrameStats) string) {
+		if len(fs) == 0 {
+			return
+		}
+		fmt.Fprintf(w, "    %s:\n", title)
+		for i, f := range fs {
+			if i == TerminalTopFrames {
+				break
+			}
+			name := f.Frame.String()
+			if name == "" {
+				name = "(frame unknown)"
+			}
+			fmt.Fprintf(w, "      %s  %s\n", val(f), trim(name, 140))
+		}
+	}
+	list("by launches, innermost frame", a.TopByLaunches, func(f *agent.FrameStats) string {
+		return fmt.Sprintf("%8d %5.1f %%", f.Launches, pct(f.Launches, a.Launches))
+	})
+	if a.GPU {
+		list("by GPU kernel time, innermost frame", a.TopByGPU, func(f *agent.FrameStats) string {
+			return fmt.Sprintf("%8s ms %5.1f %%", ms(float64(f.GPUNs)), pct(f.GPUNs, a.GPUNs))
+		})
+	}
+	if pct(a.UnattributedLaunches, a.Launches) >= 100*UnattributedHint || a.GPU && pct(a.UnattributedGPUNs, a.GPUNs) >= 100*UnattributedHint {
+		fmt.Fprintf(w, "    the phase rules do not know this code: `specprof rules suggest OUTPUT_DIR > my-rules.yaml` writes rules from its call tree (%s), to check and pass back with --rules\n", calltree.FileName)
+	}
 }
