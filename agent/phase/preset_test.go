@@ -40,8 +40,8 @@ func TestPresetPhases(t *testing.T) {
 	for preset, want := range map[string][]string{
 		"sglang-eagle": {"spec.draft", "spec.verify", "spec.accept", "spec.draft_extend", "spec.cycle_other", "spec.prefill",
 			"sched.result", "sched.metrics", "sched.batch", "sched.recv", "sched.run_other", "sched.loop", "other"},
-		"vllm-eagle": {"spec.target_fwd", "spec.accept", "spec.sample_other", "spec.draft", "spec.bookkeep", "spec.prepare",
-			"step_other", "loop", "other"},
+		"vllm-eagle": {"spec.target_fwd", "spec.logits", "spec.accept", "spec.sample_other", "spec.draft", "spec.bookkeep",
+			"spec.prepare", "spec.output", "step_other", "loop", "other"},
 		"hf-assisted": {"spec.draft", "spec.verify", "spec.accept", "spec.kv_rollback", "spec.strategy", "spec.cycle_other", "other"},
 	} {
 		p, err := LoadPreset(preset)
