@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/specprof/specprof/model"
@@ -23,8 +24,10 @@ type process struct {
 	py310   bool
 	pyErr   error
 	classes map[uint64]phase.Class // published to BPF
-	libs    map[string]bool
-	wanted  map[string]wantedLib // with probe windows: what each window attaches, by host path
+	// forgotAt is when a reused code address last reset classes (ktime).
+	forgotAt uint64
+	libs     map[string]bool
+	wanted   map[string]wantedLib // with probe windows: what each window attaches, by host path
 	// With probe windows: the window in which the process's probes last
 	// went in, and when they were all in place (probeEdge).
 	readyWin int
@@ -241,12 +244,26 @@ func (a *Agent) resolve(p *process, e *bpf.APIEvent) (uint16, uint64) {
 		// The matched code object was freed and its address reused: drop
 		// what we published and classify again.
 		a.rep.Loss.Stale++
-		a.pr.ForgetCode(p.pid)
-		p.classes = map[uint64]phase.Class{}
-		p.forgetPublished()
-		return 0, 0
-	}
-	if py.Flags&bpf.PyUnknown == 0 || p.sym == nil {
+		// Calls made before the last reset were walked with the classes it
+		// dropped: their frames are classified afresh below, with no new
+		// reset (a burst of them would otherwise reset once each).
+		if e.Ktime >= p.forgotAt {
+			p.forgotAt = monotonicNow()
+			a.pr.ForgetCode(p.pid)
+			p.classes = map[uint64]phase.Class{}
+			p.forgetPublished()
+			// The reused address is among the frames: its name is
+			// read again too.
+			if p.sym != nil {
+				for _, code := range py.Frames {
+					p.sym.Invalidate(code)
+				}
+			}
+		}
+		if len(py.Frames) == 0 || p.sym == nil {
+			return 0, 0
+		}
+	} else if py.Flags&bpf.PyUnknown == 0 || p.sym == nil {
 		return py.Phase, py.CycleFrame
 	}
 	// Walk the frames with per-code-object classes, exactly as BPF does
@@ -312,8 +329,9 @@ func (a *Agent) classify(p *process, code uint64) phase.Class {
 	a.noteModuleFile(p, c.Filename)
 	cls := p.matcher.Classify(phase.Frame{Qualname: c.Qualname, Name: c.Name, Filename: c.Filename, FirstLine: c.FirstLine})
 	p.classes[code] = cls
-	bc := bpf.CodeClass{Phase: cls.Phase, AltPhase: cls.AltPhase, Marker: cls.Marker, Cycle: cls.Cycle}
-	if cls.Phase != 0 {
+	bc := bpf.CodeClass{Phase: cls.Phase, AltPhase: cls.AltPhase, Marker: cls.Marker, Cycle: cls.Cycle,
+		Volatile: volatileCode(c)}
+	if cls.Phase != 0 || bc.Volatile {
 		var b [8]byte
 		if err := proc.ReadMem(p.pid, code+qualnameOffset(p.rt.Offsets), b[:]); err == nil {
 			bc.Qualname = binary.LittleEndian.Uint64(b[:])
@@ -323,6 +341,17 @@ func (a *Agent) classify(p *process, code uint64) phase.Class {
 		p.problem(err.Error())
 	}
 	return cls
+}
+
+// volatileCode says whether code c is likely to be freed while its process
+// runs, its address then taken by another code object: a module body is
+// freed once the import is done, code compiled from a string (exec, eval,
+// dataclass and torch.fx generated methods, "<string>" and the like) when
+// its function goes. Functions of a source file live as long as their
+// module. (A class body is freed too, but only counts when a class
+// statement itself calls CUDA.)
+func volatileCode(c python.Code) bool {
+	return c.Name == "<module>" || strings.HasPrefix(c.Filename, "<")
 }
 
 // site names the innermost Python frame of a call ("qualname (file:line)").
@@ -379,7 +408,7 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 		}
 		t.bpfCycle = n
 	}
-	if e.Py.Flags&bpf.PyUnknown != 0 {
+	if e.Py.Flags&(bpf.PyUnknown|bpf.PyStale) != 0 {
 		t.resolved++
 		a.learning = time.Now()
 	}
@@ -389,7 +418,8 @@ func (a *Agent) onAPI(e *bpf.APIEvent) {
 	// memory, too deep, a freed code object) cannot tell whether this call
 	// ends the open cycle or lies inside it: that cycle, and one that the
 	// thread's next call begins, are incomplete, as after lost records.
-	walkFailed := cyc == 0 && e.Py.Flags&(bpf.PyReadErr|bpf.PyTruncated|bpf.PyStale) != 0
+	walkFailed := cyc == 0 && (e.Py.Flags&(bpf.PyReadErr|bpf.PyTruncated) != 0 ||
+		e.Py.Flags&bpf.PyStale != 0 && len(e.Py.Frames) == 0)
 	if walkFailed {
 		t.lossCur = t.lossCur || t.inCycle
 	}

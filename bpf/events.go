@@ -64,7 +64,7 @@ type Py struct {
 	CycleNo   uint32
 	LeafCode  uint64 // innermost frame's code object
 	LeafInstr uint64 // innermost frame's instruction pointer (f_lasti on 3.10)
-	// Frames and FrameAddrs are set when Flags has PyUnknown: the code object
+	// Frames and FrameAddrs are set when Flags has PyUnknown or PyStale: the code object
 	// and frame address of every walked frame, innermost first.
 	Frames     []uint64
 	FrameAddrs []uint64

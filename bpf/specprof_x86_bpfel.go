@@ -207,8 +207,9 @@ const (
 type specprofSpClassFlags uint32
 
 const (
-	specprofSpClassFlagsSP_CLASS_MARKER specprofSpClassFlags = 1
-	specprofSpClassFlagsSP_CLASS_CYCLE  specprofSpClassFlags = 2
+	specprofSpClassFlagsSP_CLASS_MARKER   specprofSpClassFlags = 1
+	specprofSpClassFlagsSP_CLASS_CYCLE    specprofSpClassFlags = 2
+	specprofSpClassFlagsSP_CLASS_VOLATILE specprofSpClassFlags = 4
 )
 
 type specprofSpCyccfg uint32

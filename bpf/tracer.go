@@ -43,6 +43,10 @@ type CodeClass struct {
 	AltPhase uint16 // phase when a marker frame lies below; 0 none
 	Marker   bool   // satisfies an outer frame's requires_below
 	Cycle    bool   // the cycle function
+	// Volatile marks a code object that can be freed while the process
+	// runs (a module body, exec'd code): BPF checks its Qualname on every
+	// new frame and never treats it as plain.
+	Volatile bool
 	Qualname uint64 // co_qualname pointer, to catch reused addresses; 0 skips the check
 }
 
@@ -220,6 +224,9 @@ func (t *Tracer) SetCodeClass(pid int, code uint64, c CodeClass) error {
 	}
 	if c.Cycle {
 		v.Flags |= uint16(specprofSpClassFlagsSP_CLASS_CYCLE)
+	}
+	if c.Volatile {
+		v.Flags |= uint16(specprofSpClassFlagsSP_CLASS_VOLATILE)
 	}
 	key := specprofCodeKey{Pid: uint32(pid), Code: code}
 	err := t.objs.CodeClasses.Update(key, v, ebpf.UpdateNoExist)

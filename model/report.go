@@ -196,7 +196,7 @@ type Loss struct {
 	NoThreadState uint64 `json:"events_without_thread_state"`
 	ReadErrors    uint64 `json:"frame_read_errors"`
 	Truncated     uint64 `json:"stacks_truncated"`
-	Stale         uint64 `json:"stale_code_objects"`
+	Stale         uint64 `json:"stale_code_objects"` // a classified code object's address reused
 	SymbolErrors  uint64 `json:"symbolize_errors"`
 	// ExitedUnread counts code objects seen first in a process's last
 	// events that could not be read because the process had exited by

@@ -78,7 +78,7 @@ METHODS = ["none", "ebpf", "full", "torchprof", "v3", "v4", "cudaev"]
 # fall in the measured loop, so its cycles get GPU figures.
 EXTRA_METHODS = ["fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "ebpflean", "fullev",
                  "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach",
-                 "fullcb", "dutycb", "ebpfwin", "probedetach", "graphquiet", "graphunsub", "probecycles"]
+                 "fullcb", "dutycb", "ebpfwin", "probedetach", "graphquiet", "graphunsub", "probecycles", "auto"]
 # The probe windows of ebpfwin and probedetach: a 2.5 % share, what 0.5 % on HF needs (h200.md §18d).
 PROBE_DUTY = "250ms/10s"
 LABEL = {
@@ -110,6 +110,7 @@ LABEL = {
     "graphquiet": "(c19) as (c4), 3 windows, then CUPTI's callbacks off, not finalized (--cupti-windows 3 --cupti-detach)",
     "graphunsub": "(c20) as (c19), and CUPTI unsubscribed (SPECPROF_CUPTI_GRAPH_DETACH=unsubscribe)",
     "probecycles": "(c22) as (c18), 4 GPU windows of 500ms/4s opened on decode cycles (--cupti-duty-start cycles)",
+    "auto": "(m1) specprof with its defaults (--mode auto): GPU snapshot windows on cycles, probes within --max-overhead",
     "calib": "calibration",
 }
 TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-profiler",
@@ -119,7 +120,7 @@ TIMING = {"none": "none", "ebpf": "none", "full": "none", "torchprof": "torch-pr
           "fulldetach": "none", "fulldetachlong": "none", "idledetach": "none",
           "fullcb": "none", "dutycb": "none", "ebpfwin": "none", "probedetach": "none",
           "graphquiet": "none", "graphunsub": "none",
-          "probecycles": "none"}
+          "probecycles": "none", "auto": "none"}
 CUPTI_METHODS = ("full", "fullall", "fulllean", "fullduty", "fullgraph", "fulldutylong", "fullidle", "fullev",
                  "idlenoov", "idleoff", "dutynoov", "fulldetach", "fulldetachlong", "idledetach",
                  "fullcb", "dutycb", "probedetach", "graphquiet", "graphunsub", "probecycles")
@@ -128,7 +129,9 @@ IDLE_METHODS = ("fullidle", "idlenoov", "idleoff", "idledetach")
 DETACH_METHODS = ("fulldetach", "fulldetachlong", "idledetach", "probedetach", "graphquiet", "graphunsub",
                   "probecycles")
 PROBE_METHODS = ("ebpfwin", "probedetach", "probecycles")
-SPECPROF_METHODS = ("ebpf", "ebpflean", "ebpfwin") + CUPTI_METHODS
+# Methods that leave the tracing cost to specprof's own defaults (no cost flags).
+MODE_METHODS = ("auto",)
+SPECPROF_METHODS = ("ebpf", "ebpflean", "ebpfwin") + CUPTI_METHODS + MODE_METHODS
 WORKLOADS = ["hf", "eagle-graph", "eagle-eager"]
 # The windows of (c4): a cycle has GPU figures only when it lies wholly inside one, so a window
 # spans several cycles (HF's are about 110 ms on the H200; 100 ms windows traced 2-4 of 91, §16b).
@@ -148,7 +151,7 @@ NOT_LOST = ("gpu_records_of_unhooked_calls", "launches_outside_gpu_windows", "la
 EST_BASE = {"hf": 35.0, "eagle-graph": 15.0, "eagle-eager": 15.0}
 EST_EXTRA = {"ebpf": 5.0, "full": 10.0, "fullall": 10.0, "fulllean": 10.0, "fullduty": 10.0, "fullgraph": 10.0, "fulldutylong": 10.0, "fullidle": 10.0, "ebpflean": 5.0, "fullev": 10.0, "idlenoov": 10.0, "idleoff": 10.0, "dutynoov": 10.0,
              "fulldetach": 10.0, "fulldetachlong": 10.0, "idledetach": 10.0,
-             "fullcb": 10.0, "dutycb": 10.0, "ebpfwin": 5.0, "probedetach": 10.0, "graphquiet": 10.0, "graphunsub": 10.0, "probecycles": 10.0,
+             "fullcb": 10.0, "dutycb": 10.0, "ebpfwin": 5.0, "probedetach": 10.0, "graphquiet": 10.0, "graphunsub": 10.0, "probecycles": 10.0, "auto": 10.0,
              "torchprof": 20.0}
 EST_CALIB = {"hf": 45.0, "eagle": 20.0}
 
@@ -335,8 +338,11 @@ def workload_cmd(a, w, timing, result, noise, calibrate=False):
 
 
 def specprof_cmd(a, method, w, outdir, inner):
-    cmd = [a.specprof, "run", "-q", "--interval", "0", "--cupti", "on" if method in CUPTI_METHODS else "off",
-           "--preset", PRESET[w], "-o", outdir, "--cycles-jsonl"]
+    cmd = [a.specprof, "run", "-q", "--interval", "0", "--preset", PRESET[w], "-o", outdir, "--cycles-jsonl"]
+    if method in MODE_METHODS:
+        cmd += ["--mode", method]
+    else:
+        cmd += ["--cupti", "on" if method in CUPTI_METHODS else "off"]
     if method in ("fulllean", "ebpflean"):
         cmd += ["--cpu-hz", "0", "--pprof=false", "--perfetto=false"]
     if method in IDLE_METHODS:
@@ -360,7 +366,7 @@ def specprof_cmd(a, method, w, outdir, inner):
         cmd += ["--cupti-duty-start", "cycles"]
     if method in PROBE_METHODS:
         cmd += ["--probe-duty", PROBE_DUTY]
-    if method in CUPTI_METHODS and a.cupti_lib:
+    if (method in CUPTI_METHODS or method in MODE_METHODS) and a.cupti_lib:
         cmd += ["--cupti-lib", a.cupti_lib]
     cmd += shlex.split(a.specprof_args)
     if a.pin_rest:
@@ -740,7 +746,7 @@ class Suite:
                 row["specprof_loss"] = report.get("loss_total")
                 if not report.get("cycles"):
                     errs.append("specprof: no cycles in the report (%s)" % "; ".join(report.get("problems") or []))
-                if m in CUPTI_METHODS and m not in IDLE_METHODS and report.get("cycles") \
+                if (m in CUPTI_METHODS or m in MODE_METHODS) and m not in IDLE_METHODS and report.get("cycles") \
                         and not report.get("gpu"):
                     errs.append("specprof: no GPU figures in the report (CUPTI records not joined)")
         if rc not in (0, None) and not timed_out and not errs:

@@ -52,6 +52,10 @@ enum sp_track_flags {
 enum sp_class_flags {
 	SP_CLASS_MARKER = 1 << 0, /* satisfies a requires_below condition of an outer frame */
 	SP_CLASS_CYCLE = 1 << 1,  /* the preset's cycle function */
+	/* A code object that dies while the process runs (a module body, code
+	 * from exec or eval): its qualname is checked on every new frame, as a
+	 * phase's is, and it never counts as plain. */
+	SP_CLASS_VOLATILE = 1 << 2,
 };
 
 /* lost counters (per-CPU array indexes) */
@@ -88,7 +92,7 @@ struct py_config {
 	__u32 frame_owner;
 	__u32 frame_instr;
 	__u32 pthread_tid;
-	__u32 code_qualname; /* validation of phase hits */
+	__u32 code_qualname; /* validation of phase and volatile hits */
 	__u32 flags;
 	/* Phase id that begins a cycle when it comes back after other phases
 	 * within one cycle-function call (the per-thread cycle count); 0 none. */

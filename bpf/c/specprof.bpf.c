@@ -869,6 +869,21 @@ static __always_inline int walk_settle(struct walk_state *w)
 
 /* One frame of the walk (or a run of plain ones, walk_fast); bpf_loop
  * verifies it once whatever the depth. */
+/* Starts the walk over from the leaf, recording every frame in frames[]. */
+static __always_inline void walk_record_again(struct walk_state *w, struct sp_py *py)
+{
+	w->record = 1;
+	w->f = w->leaf;
+	w->n = 0;
+	w->match = ~0u;
+	w->phase = 0;
+	w->marker = 0;
+	w->nmax = ~0u;
+	w->flags &= ~SP_PY_STALE;
+	py->phase_code = 0;
+	py->cycle_frame = 0;
+}
+
 static int walk_step(__u32 i, struct walk_ctx *c)
 {
 	struct walk_state *w = c->w;
@@ -932,20 +947,32 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 		if (!w->record) {
 			/* frames[] must hold the whole walk, and walk_fast
 			 * records nothing: start over, recording. */
-			w->record = 1;
-			w->f = w->leaf;
-			w->n = 0;
-			w->match = ~0u;
-			w->phase = 0;
-			w->marker = 0;
-			w->nmax = ~0u;
-			w->flags &= ~SP_PY_STALE;
-			py->phase_code = 0;
-			py->cycle_frame = 0;
+			walk_record_again(w, py);
 			return 0;
 		}
 		w->flags |= SP_PY_UNKNOWN;
 		return 0;
+	}
+	/* A volatile code object's address is taken by another one once it is
+	 * freed: a module body's by a function imported after it. Without
+	 * this check that function would stay classified as the module. It is
+	 * made on every visit: a frame at the same address proves nothing here,
+	 * as the new code object can run at the depth where the freed one ran
+	 * (an exec from the same function), and volatile frames are few on a
+	 * server's steady-state stacks (the script's module body at the bottom,
+	 * which calls inside a cycle never reach). */
+	if ((cls.flags & SP_CLASS_VOLATILE) && cfg->code_qualname && cls.qualname) {
+		__u64 qn = 0;
+		bpf_probe_read_user(&qn, 8, (void *)(code + cfg->code_qualname));
+		if (qn != cls.qualname) {
+			/* With the frames, the agent classifies the new code
+			 * object and still attributes this call. */
+			if (!w->record) {
+				walk_record_again(w, py);
+				return 0;
+			}
+			w->flags |= SP_PY_STALE;
+		}
 	}
 	if (w->phase) {
 		/* Past the match: only looking for the cycle frame. */
@@ -968,6 +995,10 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 			__u64 qn = 0;
 			bpf_probe_read_user(&qn, 8, (void *)(code + cfg->code_qualname));
 			if (qn != cls.qualname) {
+				if (!w->record) {
+					walk_record_again(w, py);
+					return 0;
+				}
 				w->flags |= SP_PY_STALE;
 			} else {
 				w->v_frame = fr;
@@ -1159,10 +1190,12 @@ __noinline int sp_walk(struct api_event_full *full, __u32 pid, __u32 tid, __u32 
 	py->phase = w->phase;
 	py->match = w->match;
 	py->depth = w->n;
-	py->nframes = (w->all || (flags & SP_PY_UNKNOWN)) ? w->n : 0;
+	/* The agent classifies unknown and reused code objects from frames[]
+	 * and applies the cycle rule to those calls itself. */
+	py->nframes = (w->all || (flags & (SP_PY_UNKNOWN | SP_PY_STALE))) ? w->n : 0;
 	py->flags = flags;
 	py->cycle_no = 0;
-	if (!all && tc && !(flags & SP_PY_UNKNOWN))
+	if (!all && tc && !(flags & (SP_PY_UNKNOWN | SP_PY_STALE)))
 		count_cycle(tc, py, cfg->cycle_start, cfg->cycle_flags, pid, tid);
 	return 0;
 }
