@@ -34,7 +34,7 @@ standins:
 	$(MAKE) -C testdata/standin OUT=$(STANDIN) all check
 
 test: standins
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -timeout 45m ./...
 	$(MAKE) fuzz
 	$(MAKE) test-python
 
