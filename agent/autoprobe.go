@@ -27,6 +27,13 @@ const (
 	autoProbeOn = 250 * time.Millisecond
 	// autoEvery is how often the rates are measured.
 	autoEvery = 2 * time.Second
+	// autoProbeMinPeriod bounds how often the probes go in and out. The
+	// call-rate estimate predicted under 2 % for HF with windows every
+	// 500 ms, and they cost it 18 % (docs/overhead.md, `--mode auto`),
+	// while windows of 250 ms every 10 s cost it 1 %: a window's attach and
+	// detach cost more than its calls, and that price is not modelled, so
+	// the period is never shorter than the one measured within budget.
+	autoProbeMinPeriod = 10 * time.Second
 )
 
 // autoProbes is the state of the choice.
@@ -75,7 +82,7 @@ func (a *Agent) autoDecide(now time.Time) bool {
 		return false
 	}
 	period := time.Duration(float64(w.on) * au.worst.ProbeCost / au.budget).Round(100 * time.Millisecond)
-	period = min(max(period, 2*w.on), time.Hour)
+	period = min(max(period, 2*w.on, autoProbeMinPeriod), time.Hour)
 	w.period = period
 	au.decided = true
 	au.why = fmt.Sprintf("pid %d makes %.0f hooked calls/s: with the probes always in place about %.1f %% of its time, over the %.1f %% budget",
