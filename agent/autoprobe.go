@@ -27,12 +27,10 @@ const (
 	autoProbeOn = 250 * time.Millisecond
 	// autoEvery is how often the rates are measured.
 	autoEvery = 2 * time.Second
-	// autoProbeMinPeriod bounds how often the probes go in and out. The
-	// call-rate estimate predicted under 2 % for HF with windows every
-	// 500 ms, and they cost it 18 % (docs/overhead.md, `--mode auto`),
-	// while windows of 250 ms every 10 s cost it 1 %: a window's attach and
-	// detach cost more than its calls, and that price is not modelled, so
-	// the period is never shorter than the one measured within budget.
+	// autoProbeMinPeriod bounds how often the probes go in and out: a
+	// window's attach and detach cost the target more than the call-rate
+	// estimate accounts for (docs/overhead.md, `--mode auto`), so the
+	// period is never shorter than the spacing measured within budget.
 	autoProbeMinPeriod = 10 * time.Second
 )
 
