@@ -253,7 +253,8 @@ func (a *Agent) resolve(p *process, e *bpf.APIEvent) (uint16, uint64) {
 			p.classes = map[uint64]phase.Class{}
 			p.forgetPublished()
 			// The reused address is among the frames: its name is
-			// read again too.
+			// read again too, in the symbolizer and the timelines' sites.
+			p.frames = nil
 			if p.sym != nil {
 				for _, code := range py.Frames {
 					p.sym.Invalidate(code)
