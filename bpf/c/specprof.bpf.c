@@ -884,6 +884,28 @@ static __always_inline void walk_record_again(struct walk_state *w, struct sp_py
 	py->cycle_frame = 0;
 }
 
+/* Whether code's qualname pointer differs from the one its class was
+ * published with: the address now holds another code object. */
+static __always_inline int qualname_moved(const struct py_config *cfg, __u64 code, __u64 qualname)
+{
+	__u64 qn = 0;
+	bpf_probe_read_user(&qn, 8, (void *)(code + cfg->code_qualname));
+	return qn != qualname;
+}
+
+/* A walk that met a reused address: without frames recorded it starts over
+ * recording them (returns 1), so that the agent classifies the new code
+ * object and still attributes the call; with them it is marked stale. */
+static __always_inline int walk_reused(struct walk_state *w, struct sp_py *py)
+{
+	if (!w->record) {
+		walk_record_again(w, py);
+		return 1;
+	}
+	w->flags |= SP_PY_STALE;
+	return 0;
+}
+
 static int walk_step(__u32 i, struct walk_ctx *c)
 {
 	struct walk_state *w = c->w;
@@ -961,19 +983,9 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 	 * (an exec from the same function), and volatile frames are few on a
 	 * server's steady-state stacks (the script's module body at the bottom,
 	 * which calls inside a cycle never reach). */
-	if ((cls.flags & SP_CLASS_VOLATILE) && cfg->code_qualname && cls.qualname) {
-		__u64 qn = 0;
-		bpf_probe_read_user(&qn, 8, (void *)(code + cfg->code_qualname));
-		if (qn != cls.qualname) {
-			/* With the frames, the agent classifies the new code
-			 * object and still attributes this call. */
-			if (!w->record) {
-				walk_record_again(w, py);
-				return 0;
-			}
-			w->flags |= SP_PY_STALE;
-		}
-	}
+	if ((cls.flags & SP_CLASS_VOLATILE) && cfg->code_qualname && cls.qualname &&
+	    qualname_moved(cfg, code, cls.qualname) && walk_reused(w, py))
+		return 0;
 	if (w->phase) {
 		/* Past the match: only looking for the cycle frame. */
 		if (cls.flags & SP_CLASS_CYCLE) {
@@ -992,17 +1004,11 @@ static int walk_step(__u32 i, struct walk_ctx *c)
 		 * freed and reallocated as another phase's, and a frame of it
 		 * took the same address.) */
 		if (cfg->code_qualname && cls.qualname && (fr != w->v_frame || code != w->v_code)) {
-			__u64 qn = 0;
-			bpf_probe_read_user(&qn, 8, (void *)(code + cfg->code_qualname));
-			if (qn != cls.qualname) {
-				if (!w->record) {
-					walk_record_again(w, py);
-					return 0;
-				}
-				w->flags |= SP_PY_STALE;
-			} else {
+			if (!qualname_moved(cfg, code, cls.qualname)) {
 				w->v_frame = fr;
 				w->v_code = code;
+			} else if (walk_reused(w, py)) {
+				return 0;
 			}
 		}
 		if (cls.flags & SP_CLASS_CYCLE) {
